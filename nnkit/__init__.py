@@ -1,0 +1,42 @@
+"""nnkit: a define-by-run autograd micro-framework on NumPy (and CuPy on a GPU).
+
+    import nnkit as nn
+    x = nn.NetVar([1, 2])
+    w = nn.NetVar([[3, 4, 5], [6, 7, 8]])
+    y = nn.ReLU(nn.Multiply(x, w))
+    y.back()            # fills w.g and x.g
+"""
+import sys as _sys
+import types as _types
+
+from . import backend
+from .backend import gpu_available, seed
+from .core import (AnomalyError, InplaceEditError, NetOp, NetVar, constant, detect_anomaly,
+                   enable_grad, eval_mode, get_dtype, is_grad_enabled, is_training, no_grad,
+                   set_dtype, train_mode, unbroadcast)
+from .ops import *  # noqa: F401,F403  (the op catalogue)
+from .optim import *  # noqa: F401,F403
+from .nets import *  # noqa: F401,F403
+from .init import *  # noqa: F401,F403
+from .data import *  # noqa: F401,F403
+from .io import *  # noqa: F401,F403
+from .viz import *  # noqa: F401,F403
+from .gradcheck import GradcheckError, gradcheck
+from .trace import Trace
+
+__version__ = "0.1.0"
+
+
+class _Module(_types.ModuleType):
+    """Makes ``nnkit.dtype`` a live, settable view of the default dtype."""
+
+    @property
+    def dtype(self):
+        return get_dtype()
+
+    @dtype.setter
+    def dtype(self, value):
+        set_dtype(value)
+
+
+_sys.modules[__name__].__class__ = _Module

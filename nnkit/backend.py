@@ -1,0 +1,102 @@
+"""Which array module an array belongs to: the one place that decides NumPy or CuPy.
+
+Every op reaches its math through ``xp = backend.array_module(x.data)``. CuPy is an optional
+extra (``pip install nnkit[cuda]``), imported lazily the first time a non-NumPy array is seen
+or a GPU move is requested; without it everything runs on NumPy.
+"""
+import numpy
+
+_cupy = None          # the cupy module once imported, False when unavailable
+_rng = numpy.random.default_rng()
+_gpu_rngs = {}
+
+
+def cupy_module():
+    """Return the ``cupy`` module, or None when CuPy (or a GPU) is not available."""
+    global _cupy
+    if _cupy is None:
+        try:
+            import cupy
+            cupy.cuda.runtime.getDeviceCount()
+            _cupy = cupy
+        except Exception:  # ImportError, or CUDA present without a device
+            _cupy = False
+    return _cupy or None
+
+
+def gpu_available():
+    return cupy_module() is not None
+
+
+def array_module(array):
+    """The module (``numpy`` or ``cupy``) whose functions compute on ``array``."""
+    if isinstance(array, numpy.ndarray) or numpy.isscalar(array):
+        return numpy
+    cp = cupy_module()
+    if cp is not None and isinstance(array, cp.ndarray):
+        return cp
+    raise TypeError(f"nnkit: unsupported array type {type(array).__name__}; "
+                    "use a NumPy array (or a CuPy array on a GPU)")
+
+
+def device_of(array):
+    """A short name of where ``array`` lives: 'cpu' or 'gpu:N'."""
+    if isinstance(array, numpy.ndarray):
+        return "cpu"
+    device = getattr(array, "device", None)
+    return f"gpu:{getattr(device, 'id', '?')}"
+
+
+def check_same_device(op_name, *arrays):
+    """Raise a clear error when the arrays of one op live on different devices."""
+    devices = [device_of(a) for a in arrays]
+    if len(set(devices)) > 1:
+        shapes = ", ".join(f"{tuple(a.shape)} on {d}" for a, d in zip(arrays, devices))
+        raise ValueError(f"{op_name}: inputs live on different devices ({shapes}); "
+                         "move them with .to_gpu() or .to_cpu() first")
+
+
+def to_gpu(array, device=None):
+    cp = cupy_module()
+    if cp is None:
+        raise RuntimeError("to_gpu(): CuPy with a working GPU is not available; "
+                           "install it with `pip install nnkit[cuda]` on a machine with a GPU")
+    if device is None:
+        return cp.asarray(array)
+    with cp.cuda.Device(device):
+        return cp.asarray(array)
+
+
+def to_cpu(array):
+    """``array`` in host memory (NumPy arrays and scalars are returned as they are)."""
+    if isinstance(array, (numpy.ndarray, numpy.generic)):
+        return array
+    return array.get()
+
+
+def seed(value):
+    """Seed nnkit's random generators (initializers, dropout masks, shuffles)."""
+    global _rng
+    _rng = numpy.random.default_rng(value)
+    _gpu_rngs.clear()
+    cp = cupy_module() if _cupy is not None else None
+    if cp is not None:
+        cp.random.seed(value)
+
+
+def rng(xp=numpy):
+    """The seeded random generator for module ``xp`` (NumPy's Generator, or CuPy's)."""
+    if xp is numpy:
+        return _rng
+    if xp not in _gpu_rngs:
+        _gpu_rngs[xp] = xp.random.default_rng(int(_rng.integers(2 ** 63)))
+    return _gpu_rngs[xp]
+
+
+def as_generator(seed_or_generator):
+    """A NumPy Generator from None (nnkit's seeded global), an int seed or a Generator."""
+    if seed_or_generator is None:
+        return _rng
+    if isinstance(seed_or_generator, numpy.random.Generator):
+        return seed_or_generator
+    return numpy.random.default_rng(seed_or_generator)

@@ -1,0 +1,581 @@
+"""The engine: NetVar, NetOp, the backward pass, grad/train/anomaly modes and the dtype policy.
+
+A NetOp computes its value once, eagerly, in its constructor and keeps references to its
+parents; that is the whole graph. ``back()`` collects the op nodes reachable from the root with
+an explicit stack (no recursion), orders them by creation index (parents are always created
+before their children, so descending index is a reverse topological order) and calls each
+``_back`` exactly once, after all of its consumers have contributed to its gradient.
+"""
+import itertools
+import threading
+
+import numpy
+
+from . import backend
+
+_ndarray = numpy.ndarray
+_counter = itertools.count()
+_default_dtype = numpy.dtype(numpy.float32)
+_edits = 0            # global edit stamp: bumped whenever some NetVar's data is replaced or updated
+_anomaly = False      # detect_anomaly() switch; a module global so that "off" costs one load
+
+
+class _State(threading.local):
+    grad = True       # record parents (no_grad turns it off)
+    train = True      # Dropout / BatchNorm behaviour
+
+
+_state = _State()
+
+
+class InplaceEditError(RuntimeError):
+    """A parent's data was changed after an op used it, so its gradient would be wrong."""
+
+
+class AnomalyError(FloatingPointError):
+    """detect_anomaly() found a NaN or Inf in a forward value or a gradient."""
+
+
+# ----------------------------------------------------------------------------- modes and dtype
+
+def get_dtype():
+    """The float dtype given to lists, Python scalars and int/bool data (float32 by default)."""
+    return _default_dtype
+
+
+def set_dtype(dtype):
+    """Set the default float dtype (``nnkit.dtype = numpy.float64`` does the same)."""
+    global _default_dtype
+    dtype = numpy.dtype(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"set_dtype: nnkit's default dtype must be a float type, got {dtype}")
+    _default_dtype = dtype
+
+
+class _Switch:
+    """A context manager (and decorator) that sets one thread-local mode and restores it."""
+    attribute = None
+
+    def __init__(self, value):
+        self.value = value
+        self._saved = []
+
+    def __enter__(self):
+        self._saved.append(getattr(_state, self.attribute))
+        setattr(_state, self.attribute, self.value)
+        return self
+
+    def __exit__(self, *exc):
+        setattr(_state, self.attribute, self._saved.pop())
+        return False
+
+    def __call__(self, function):
+        def wrapped(*args, **kwargs):
+            with type(self)(self.value):
+                return function(*args, **kwargs)
+        wrapped.__name__ = getattr(function, "__name__", "wrapped")
+        wrapped.__doc__ = getattr(function, "__doc__", None)
+        return wrapped
+
+
+class no_grad(_Switch):
+    """``with nnkit.no_grad():`` ops record no parents, so nothing can be backpropagated.
+
+    Use it for evaluation and inference: the graph is not kept, so memory stays flat.
+    Also usable as a decorator. The mode is per thread.
+    """
+    attribute = "grad"
+
+    def __init__(self):
+        super().__init__(False)
+
+    def __call__(self, function):
+        def wrapped(*args, **kwargs):
+            with no_grad():
+                return function(*args, **kwargs)
+        wrapped.__name__ = getattr(function, "__name__", "wrapped")
+        wrapped.__doc__ = getattr(function, "__doc__", None)
+        return wrapped
+
+
+class enable_grad(_Switch):
+    """``with nnkit.enable_grad():`` turns recording back on inside a ``no_grad`` block."""
+    attribute = "grad"
+
+    def __init__(self):
+        super().__init__(True)
+
+    __call__ = no_grad.__call__
+
+
+class train_mode(_Switch):
+    """``with nnkit.train_mode(False):`` evaluation behaviour for Dropout and BatchNorm.
+
+    Training mode is on by default. ``nnkit.train_mode(False)`` (or ``nnkit.eval_mode()``)
+    makes Dropout the identity and BatchNorm use its running statistics. The mode is per
+    thread; ``is_training()`` reads it.
+    """
+    attribute = "train"
+
+    def __init__(self, enabled=True):
+        super().__init__(bool(enabled))
+
+
+def eval_mode():
+    """Shorthand for ``train_mode(False)``."""
+    return train_mode(False)
+
+
+def is_training():
+    return _state.train
+
+
+def is_grad_enabled():
+    return _state.grad
+
+
+class detect_anomaly:
+    """``with nnkit.detect_anomaly():`` check every forward value and every gradient.
+
+    The first op whose output, or whose contribution to a parent's gradient, holds a NaN or
+    Inf raises AnomalyError naming the op class, its creation index and its input shapes.
+    Off by default; when off it costs one global load per op.
+    """
+
+    def __init__(self, enabled=True):
+        self.enabled = enabled
+        self._saved = []
+
+    def __enter__(self):
+        global _anomaly
+        self._saved.append(_anomaly)
+        _anomaly = self.enabled
+        return self
+
+    def __exit__(self, *exc):
+        global _anomaly
+        _anomaly = self._saved.pop()
+        return False
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def unbroadcast(g, shape):
+    """Sum the gradient ``g`` over the axes along which an input of ``shape`` was broadcast."""
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra < 0:
+        return backend.array_module(g).broadcast_to(g, shape)
+    axes = tuple(range(extra)) + tuple(
+        extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    if extra:
+        g = g.reshape(g.shape[extra:])
+    if g.shape != shape:
+        raise ValueError(f"gradient of shape {g.shape} cannot be summed back to shape {shape}")
+    return g
+
+
+def _to_array(data, dtype, owner="NetVar"):
+    """The dtype policy: float arrays keep their dtype, everything else becomes nnkit's dtype."""
+    if isinstance(data, NetVar):
+        data = data._data
+    if hasattr(data, "__array_interface__") or hasattr(data, "__cuda_array_interface__"):
+        if not isinstance(data, _ndarray):
+            backend.array_module(data)   # raises for unknown array types
+            if not hasattr(data, "device") and hasattr(data, "__array_interface__"):
+                data = numpy.asarray(data)
+        kind = data.dtype.kind
+        if dtype is not None:
+            return data.astype(dtype, copy=False)
+        if kind in "biu":
+            return data.astype(_default_dtype)
+        if kind not in "fc":
+            raise TypeError(f"{owner}: cannot hold an array of dtype {data.dtype}; "
+                            "give numbers (float, int or bool)")
+        return data
+    try:
+        array = numpy.asarray(data, dtype=_default_dtype if dtype is None else dtype)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{owner}: cannot make a numeric array from {type(data).__name__}: "
+                        f"{error}") from None
+    if array.dtype.kind == "O":
+        raise TypeError(f"{owner}: cannot hold an array of Python objects")
+    return array
+
+
+def constant(value, like=None):
+    """A NetVar that needs no gradient, holding ``value`` as it is (no row promotion).
+
+    A Python scalar adopts the dtype (and device) of ``like``, as in NumPy 2.
+    """
+    if isinstance(value, NetVar):
+        return value
+    node = NetVar.__new__(NetVar)
+    if like is not None and isinstance(value, (int, float, bool, numpy.number)):
+        data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
+    else:
+        data = _to_array(value, None, "constant")
+        if like is not None and data.dtype.kind == "f" and data.dtype != like._data.dtype \
+                and isinstance(value, (list, tuple)):
+            data = data.astype(like._data.dtype)
+    node._data = data
+    node._g = None
+    node._gshared = False
+    node.requires_grad = False
+    node._parents = ()
+    node._index = next(_counter)
+    node._version = 0
+    node.name = None
+    return node
+
+
+# ----------------------------------------------------------------------------- NetVar
+
+class NetVar:
+    """A node holding an array ``data`` and, after ``back()``, its gradient ``g``.
+
+    ``NetVar(data, requires_grad=True, dtype=None, name=None)``: 1-D data becomes a row
+    ``(1, n)`` and scalars ``(1, 1)`` (the row-oriented convention). Float arrays keep their
+    dtype (and share memory with the array given); lists, Python scalars and int/bool data become
+    ``nnkit.dtype`` unless ``dtype=`` says otherwise (``dtype=int`` for class labels, which then
+    need no gradient). ``requires_grad=False`` marks constants such as inputs and targets.
+    """
+    __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
+                 "_version", "_pversion", "name", "__weakref__")
+    __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
+
+    def __init__(self, data, requires_grad=True, dtype=None, name=None):
+        data = _to_array(data, dtype)
+        if data.ndim < 2:
+            data = data.reshape(1, -1) if data.ndim == 1 else data.reshape(1, 1)
+        self._data = data
+        self._g = None
+        self._gshared = False
+        self.requires_grad = bool(requires_grad) and data.dtype.kind in "fc"
+        self._parents = ()
+        self._index = next(_counter)
+        self._version = 0
+        self.name = name
+
+    # -- data and gradient
+    @property
+    def data(self):
+        """The value (a NumPy or CuPy array). Assigning to it marks the node as edited."""
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+            value = backend.array_module(self._data).asarray(value, dtype=self._data.dtype)
+        self._data = value
+        self.mark_edited()
+
+    def mark_edited(self):
+        """Record that ``data`` changed in place (optimizers call this after an update).
+
+        An op built from this node before the edit refuses to backpropagate through it.
+        """
+        global _edits
+        _edits += 1
+        self._version = _edits
+
+    @property
+    def g(self):
+        """The gradient, same shape as ``data``: zeros until ``back()`` reaches this node."""
+        if self._g is None:
+            self._g = backend.array_module(self._data).zeros_like(self._data)
+            self._gshared = False
+        elif self._gshared:
+            self._g = self._g.copy()      # the array may be shared with another node's gradient
+            self._gshared = False
+        return self._g
+
+    @g.setter
+    def g(self, value):
+        self._g = value
+        self._gshared = False
+
+    def accumulate(self, g):
+        """Add the contribution ``g`` to this node's gradient.
+
+        ``g`` is first summed over the axes along which this node was broadcast. The first
+        contribution is kept as it is (no copy); later ones are added. Does nothing for nodes
+        that need no gradient.
+        """
+        if not self.requires_grad:
+            return
+        if g.shape != self._data.shape:
+            g = unbroadcast(g, self._data.shape)
+        if self._g is None:
+            self._g = g
+            self._gshared = True
+        elif self._gshared:
+            self._g = self._g + g
+            self._gshared = False
+        else:
+            self._g += g
+
+    def reset(self):
+        """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
+        self._g = None
+        self._gshared = False
+
+    # -- the backward pass
+    def back(self, g=None, trace=False):
+        """Backpropagate from this node: fill ``.g`` of every node it depends on.
+
+        ``g`` seeds this node's gradient (ones by default) and must have its shape. Every
+        ``_back`` of the reachable graph runs exactly once, after all of its consumers. Op
+        nodes start each call from zero; leaf gradients accumulate across calls until
+        ``reset()``. With ``trace=True`` the steps are recorded and returned as a
+        ``nnkit.trace.Trace``.
+        """
+        if not self.requires_grad:
+            raise RuntimeError(
+                f"back(): {self._describe()} does not require a gradient (it was built under "
+                "no_grad() or only from constants with requires_grad=False)")
+        xp = backend.array_module(self._data)
+        if g is None:
+            seed = xp.ones_like(self._data)
+        else:
+            if isinstance(g, NetVar):
+                g = g._data
+            seed = xp.asarray(g, dtype=self._data.dtype)
+            if seed.shape != self._data.shape:
+                raise ValueError(f"back(): seed gradient of shape {seed.shape} does not match "
+                                 f"the node's shape {self._data.shape}")
+        nodes = _reverse_topological(self)
+        for node in nodes:
+            node._g = None
+        self.accumulate(seed)
+        self._gshared = True       # the seed may be the caller's array: never edit it in place
+        if trace or _anomaly:
+            return _back_instrumented(nodes, trace)
+        stamp = _edits
+        for node in nodes:
+            if node._g is not None:
+                if node._pversion < stamp:
+                    _check_versions(node)
+                node._back(*node._parents)
+        return None
+
+    # -- conveniences
+    @property
+    def shape(self):
+        return self._data.shape
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def size(self):
+        return self._data.size
+
+    def __len__(self):
+        return len(self._data)
+
+    def item(self):
+        """The value as a Python number (the node must hold exactly one element)."""
+        if self._data.size != 1:
+            raise ValueError(f"item(): {self._describe()} holds {self._data.size} elements, "
+                             "not one")
+        return self._data.item()
+
+    def numpy(self):
+        """The value as a NumPy array (copied from the GPU when it lives there)."""
+        return backend.to_cpu(self._data)
+
+    def detach(self):
+        """A constant NetVar sharing this node's data, cut from the graph."""
+        return constant(self._data)
+
+    def to_gpu(self, device=None):
+        """Move data (and gradient) to the GPU in place; returns self."""
+        self._data = backend.to_gpu(self._data, device)
+        if self._g is not None:
+            self._g = backend.to_gpu(self._g, device)
+        return self
+
+    def to_cpu(self):
+        """Move data (and gradient) to host memory in place; returns self."""
+        self._data = backend.to_cpu(self._data)
+        if self._g is not None:
+            self._g = backend.to_cpu(self._g)
+        return self
+
+    @property
+    def device(self):
+        return backend.device_of(self._data)
+
+    @property
+    def parents(self):
+        """The nodes this one was computed from (empty for leaves and no_grad results)."""
+        return self._parents
+
+    @property
+    def index(self):
+        """Creation index: a parent's is always smaller than its children's."""
+        return self._index
+
+    def _describe(self):
+        kind = type(self).__name__
+        label = f" '{self.name}'" if self.name else ""
+        return f"{kind}{label} #{self._index} of shape {tuple(self._data.shape)}"
+
+    def __repr__(self):
+        kind = type(self).__name__
+        if not self._parents and type(self) is NetVar:
+            kind = "NetVar" if self.requires_grad else "NetVar(constant)"
+        name = f" '{self.name}'" if self.name else ""
+        preview = numpy.array2string(numpy.asarray(backend.to_cpu(self._data)), precision=4,
+                                     threshold=8, edgeitems=2, separator=", ")
+        preview = " ".join(preview.split())
+        return (f"<{kind}{name} shape={tuple(self._data.shape)} dtype={self._data.dtype} "
+                f"requires_grad={self.requires_grad} data={preview}>")
+
+    def __bool__(self):
+        raise TypeError(f"the truth value of {self._describe()} is ambiguous; "
+                        "compare .data or use .item()")
+
+    __hash__ = object.__hash__
+
+
+# ----------------------------------------------------------------------------- NetOp
+
+class NetOp(NetVar):
+    """A NetVar whose ``data`` is computed once, in its constructor, from its parents.
+
+    A subclass computes its value and calls ``super().__init__(value, *parents)``, then
+    implements ``_back(self, *parents)``, adding each parent's share of ``self.g`` into the
+    parent's gradient (``parent.accumulate(...)``, or ``parent.g += ...`` as the article
+    writes it). Parents are recorded only when grad mode is on and some parent needs a gradient.
+    """
+    __slots__ = ()
+
+    def __init__(self, data, *parents):
+        if type(data) is not _ndarray:
+            data = _as_op_array(data)
+        self._data = data
+        self._g = None
+        self._gshared = False
+        self._index = next(_counter)
+        self._version = 0
+        self.name = None
+        self._parents = ()
+        self.requires_grad = False
+        if _state.grad:
+            for parent in parents:
+                if parent.requires_grad:
+                    self.requires_grad = True
+                    self._parents = parents
+                    self._pversion = _edits
+                    break
+        if _anomaly:
+            _check_forward(self, parents)
+
+    def _back(self, *parents):
+        """Add each parent's gradient contribution. The base class has nothing to add."""
+
+
+def _as_op_array(data):
+    if isinstance(data, NetVar):
+        return data._data
+    if hasattr(data, "__cuda_array_interface__"):
+        return data
+    return numpy.asarray(data)
+
+
+# ----------------------------------------------------------------------------- engine internals
+
+def _reverse_topological(root):
+    """The op nodes reachable from ``root`` (itself included), children before parents."""
+    if not root._parents:
+        return []
+    seen = {root}
+    stack = [root]
+    nodes = []
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        for parent in node._parents:
+            if parent._parents and parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    nodes.sort(key=_creation_index, reverse=True)
+    return nodes
+
+
+def _creation_index(node):
+    return node._index
+
+
+def _check_versions(node):
+    for position, parent in enumerate(node._parents):
+        if parent._version > node._pversion:
+            raise InplaceEditError(
+                f"back(): the data of input {position} of {node._describe()} "
+                f"({parent._describe()}) was changed after the op used it, so its gradient "
+                "would be wrong; rebuild the graph after editing (optimizer steps included)")
+
+
+def _nonfinite(array):
+    xp = backend.array_module(array)
+    return not bool(xp.isfinite(array).all())
+
+
+def _check_forward(node, parents):
+    if node._data.dtype.kind not in "fc" or not _nonfinite(node._data):
+        return
+    if any(getattr(p, "_data", None) is not None and p._data.dtype.kind in "fc"
+           and _nonfinite(p._data) for p in parents):
+        return      # the NaN came in from an input: the op that made it already raised
+    shapes = ", ".join(str(tuple(p.shape)) for p in parents)
+    raise AnomalyError(f"detect_anomaly: forward of {type(node).__name__} #{node._index} "
+                       f"(inputs of shapes {shapes}) produced NaN or Inf")
+
+
+def _back_instrumented(nodes, trace):
+    """The backward loop with recording (trace) and/or NaN checks (detect_anomaly)."""
+    steps = [] if trace else None
+    stamp = _edits
+    for node in nodes:
+        if node._g is None:
+            continue
+        if node._pversion < stamp:
+            _check_versions(node)
+        parents = node._parents
+        if trace:
+            before = [None if p._g is None else p._g.copy() for p in parents]
+            upstream = node._g.copy()
+        node._back(*parents)
+        if _anomaly and not _nonfinite(node._g):
+            for position, parent in enumerate(parents):
+                if parent._g is not None and parent._g.dtype.kind in "fc" \
+                        and _nonfinite(parent._g):
+                    shapes = ", ".join(str(tuple(p.shape)) for p in parents)
+                    raise AnomalyError(
+                        f"detect_anomaly: backward of {type(node).__name__} #{node._index} "
+                        f"(inputs of shapes {shapes}) gave a NaN or Inf gradient to input "
+                        f"{position}")
+        if trace:
+            added = []
+            for parent, old in zip(parents, before):
+                if parent._g is None or not parent.requires_grad:
+                    added.append(None)
+                elif old is None:
+                    added.append(parent._g.copy())
+                else:
+                    added.append(parent._g - old)
+            steps.append((node, upstream, tuple(added)))
+    if trace:
+        from .trace import Trace
+        return Trace(steps)
+    return None

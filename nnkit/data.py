@@ -1,0 +1,3 @@
+"""Sequence data: padding, lengths, bucketed minibatches, reproducible shuffles."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Metrics: accumulators weighted by minibatch size (and mask)."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Trainer and hooks: an optional loop over the define-by-run graph."""
+
+__all__ = []

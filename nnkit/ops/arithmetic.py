@@ -1,0 +1,244 @@
+"""Arithmetic: matrix product, elementwise + − × ÷, negation, powers, exp and log.
+
+Elementwise ops broadcast as NumPy does and sum each gradient back to its input's shape.
+Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient g.
+"""
+
+__all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log']
+from .. import backend
+from ..core import NetOp, NetVar, constant
+
+
+def _nodes(a, b):
+    """Turn a plain number or array operand into a constant of the other operand's dtype."""
+    if not isinstance(a, NetVar):
+        a = constant(a, b if isinstance(b, NetVar) else None)
+    if not isinstance(b, NetVar):
+        b = constant(b, a)
+    return a, b
+
+
+def _elementwise(op, function, a, b):
+    try:
+        return function(a._data, b._data)
+    except ValueError:
+        raise ValueError(f"{op}: cannot broadcast {tuple(a.shape)} with {tuple(b.shape)}") \
+            from None
+    except TypeError:
+        backend.check_same_device(op, a._data, b._data)
+        raise
+
+
+def _add(p, q):
+    return p + q
+
+
+def _sub(p, q):
+    return p - q
+
+
+def _mul(p, q):
+    return p * q
+
+
+def _div(p, q):
+    return p / q
+
+
+class Multiply(NetOp):
+    """Matrix product (a layer's weights).
+
+    y = x @ w
+    dx = g @ wᵀ
+    dw = xᵀ @ g
+    x is (..., B, F) and w is (F, H) (or a stack of them); y is (..., B, H).
+    """
+
+    def __init__(self, x, w):
+        x, w = _nodes(x, w)
+        xd, wd = x._data, w._data
+        if xd.ndim < 2 or wd.ndim < 2:
+            raise ValueError(f"Multiply: operands must be at least 2-D, got {tuple(xd.shape)} "
+                             f"and {tuple(wd.shape)}")
+        try:
+            y = xd @ wd
+        except ValueError:
+            raise ValueError(f"Multiply: cannot multiply {tuple(xd.shape)} by "
+                             f"{tuple(wd.shape)}") from None
+        except TypeError:
+            backend.check_same_device("Multiply", xd, wd)
+            raise
+        super().__init__(y, x, w)
+
+    def _back(self, x, w):
+        g = self._g
+        xd, wd = x._data, w._data
+        if x.requires_grad:
+            x.accumulate(g @ (wd.T if wd.ndim == 2 else wd.swapaxes(-1, -2)))
+        if w.requires_grad:
+            if xd.ndim == 2:
+                w.accumulate(xd.T @ g)
+            elif wd.ndim == 2:      # (..., B, F) @ (F, H): sum over every leading axis at once
+                w.accumulate(xd.reshape(-1, xd.shape[-1]).T @ g.reshape(-1, g.shape[-1]))
+            else:
+                w.accumulate(xd.swapaxes(-1, -2) @ g)
+
+
+class Add(NetOp):
+    """Elementwise sum (e.g. adding a bias), with broadcasting.
+
+    y = a + b
+    da = g,  db = g   (each summed over the axes it was broadcast along)
+    """
+
+    def __init__(self, a, b):
+        a, b = _nodes(a, b)
+        super().__init__(_elementwise("Add", _add, a, b), a, b)
+
+    def _back(self, a, b):
+        a.accumulate(self._g)
+        b.accumulate(self._g)
+
+
+class Sub(NetOp):
+    """Elementwise difference, with broadcasting.
+
+    y = a − b
+    da = g,  db = −g
+    """
+
+    def __init__(self, a, b):
+        a, b = _nodes(a, b)
+        super().__init__(_elementwise("Sub", _sub, a, b), a, b)
+
+    def _back(self, a, b):
+        a.accumulate(self._g)
+        if b.requires_grad:
+            b.accumulate(-self._g)
+
+
+class Mul(NetOp):
+    """Elementwise product, with broadcasting.
+
+    y = a · b
+    da = g · b,  db = g · a
+    """
+
+    def __init__(self, a, b):
+        a, b = _nodes(a, b)
+        super().__init__(_elementwise("Mul", _mul, a, b), a, b)
+
+    def _back(self, a, b):
+        g = self._g
+        if a.requires_grad:
+            a.accumulate(g * b._data)
+        if b.requires_grad:
+            b.accumulate(g * a._data)
+
+
+class Div(NetOp):
+    """Elementwise quotient, with broadcasting (division by zero gives ±inf or NaN, as NumPy).
+
+    y = a / b
+    da = g / b,  db = −g · y / b
+    """
+
+    def __init__(self, a, b):
+        a, b = _nodes(a, b)
+        super().__init__(_elementwise("Div", _div, a, b), a, b)
+
+    def _back(self, a, b):
+        g_over_b = self._g / b._data
+        if a.requires_grad:
+            a.accumulate(g_over_b)
+        if b.requires_grad:
+            b.accumulate(-g_over_b * self._data)
+
+
+class Neg(NetOp):
+    """Negation.
+
+    y = −x
+    dx = −g
+    """
+
+    def __init__(self, x):
+        super().__init__(-x._data, x)
+
+    def _back(self, x):
+        x.accumulate(-self._g)
+
+
+class Pow(NetOp):
+    """Power with a constant exponent p.
+
+    y = x ** p
+    dx = g · p · x ** (p − 1)
+    """
+
+    def __init__(self, x, p):
+        if isinstance(p, NetVar):
+            raise TypeError("Pow: the exponent must be a constant number, not a NetVar")
+        try:
+            p = float(p)
+        except (TypeError, ValueError):
+            raise TypeError(f"Pow: the exponent must be a number, got {type(p).__name__}") \
+                from None
+        self.p = p
+        super().__init__(x._data ** (int(p) if p == int(p) else p), x)
+
+    def _back(self, x):
+        p = self.p
+        if p == 2.0:
+            x.accumulate(self._g * (2 * x._data))
+        else:
+            x.accumulate(self._g * (p * x._data ** (p - 1)))
+
+
+class Exp(NetOp):
+    """Exponential.
+
+    y = eˣ
+    dx = g · y
+    """
+
+    def __init__(self, x):
+        super().__init__(backend.array_module(x._data).exp(x._data), x)
+
+    def _back(self, x):
+        x.accumulate(self._g * self._data)
+
+
+class Log(NetOp):
+    """Natural logarithm (log 0 = −inf and log of a negative number = NaN, as NumPy).
+
+    y = ln x
+    dx = g / x
+    """
+
+    def __init__(self, x):
+        super().__init__(backend.array_module(x._data).log(x._data), x)
+
+    def _back(self, x):
+        x.accumulate(self._g / x._data)
+
+
+def _install_operators():
+    """Give NetVar its operators: + − * / @ ** and unary −."""
+    NetVar.__add__ = lambda a, b: Add(a, b)
+    NetVar.__radd__ = lambda a, b: Add(b, a)
+    NetVar.__sub__ = lambda a, b: Sub(a, b)
+    NetVar.__rsub__ = lambda a, b: Sub(b, a)
+    NetVar.__mul__ = lambda a, b: Mul(a, b)
+    NetVar.__rmul__ = lambda a, b: Mul(b, a)
+    NetVar.__truediv__ = lambda a, b: Div(a, b)
+    NetVar.__rtruediv__ = lambda a, b: Div(b, a)
+    NetVar.__matmul__ = lambda a, b: Multiply(a, b)
+    NetVar.__rmatmul__ = lambda a, b: Multiply(b, a)
+    NetVar.__pow__ = lambda a, p: Pow(a, p)
+    NetVar.__neg__ = lambda a: Neg(a)
+    NetVar.exp = lambda a: Exp(a)
+    NetVar.log = lambda a: Log(a)
+
+
+_install_operators()

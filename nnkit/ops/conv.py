@@ -1,0 +1,3 @@
+"""Convolution and pooling on NCHW data."""
+
+__all__ = []

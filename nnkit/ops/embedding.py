@@ -1,0 +1,3 @@
+"""Embedding lookup."""
+
+__all__ = []

@@ -1,0 +1,307 @@
+"""Losses. Each returns a (1, 1) node and scales its gradient by the upstream gradient g.
+
+Notation: prediction p (logits z), target t, B = number of rows (for an array of shape
+(..., n): its size / n, i.e. shape[0] for a matrix). A target may be a NetVar or a plain array;
+it gets a gradient only when it is a NetVar that requires one.
+"""
+
+__all__ = ['Loss', 'L1Loss', 'L2Loss', 'HuberLoss', 'CELoss', 'MSELoss', 'SoftmaxCELoss', 'sequence_mask']
+import numpy
+
+from .. import backend
+from ..core import NetOp, NetVar, constant
+
+
+class Loss(NetOp):
+    """Base class of the losses: marks the extra arguments as targets, not parameters.
+
+    ``FFN.vars`` never lists the arguments of a Loss entry.
+    """
+    __slots__ = ()
+
+
+def _target(t, p, op):
+    t = constant(t, p) if not isinstance(t, NetVar) else t
+    if t._data.shape != p._data.shape:
+        raise ValueError(f"{op}: prediction of shape {tuple(p.shape)} and target of shape "
+                         f"{tuple(t.shape)} differ")
+    return t
+
+
+def _rows(shape):
+    """B, the number of rows of an array of ``shape`` (1 for a scalar)."""
+    if not shape or shape[-1] == 0:
+        return 1
+    n = 1
+    for d in shape[:-1]:
+        n *= d
+    return n
+
+
+def _scalar(value, xp):
+    return xp.asarray(value).reshape(1, 1)
+
+
+def _upstream(loss):
+    """The upstream gradient as a 0-d array, so that it broadcasts without changing shapes."""
+    return loss._g.reshape(())
+
+
+class L1Loss(Loss):
+    """Sum of absolute errors over B rows.
+
+    y = Σ |p − t| / B
+    dp = g · sign(p − t) / B,  dt = −dp
+    """
+
+    def __init__(self, p, t):
+        t = _target(t, p, "L1Loss")
+        xp = backend.array_module(p._data)
+        self.r = p._data - t._data
+        self.B = _rows(p._data.shape)
+        super().__init__(_scalar(xp.abs(self.r).sum() / self.B, xp), p, t)
+
+    def _back(self, p, t):
+        dp = _upstream(self) * backend.array_module(self.r).sign(self.r) / self.B
+        p.accumulate(dp)
+        if t.requires_grad:
+            t.accumulate(-dp)
+
+
+class L2Loss(Loss):
+    """Half the sum of squared errors over B rows.
+
+    y = Σ (p − t)² / 2B
+    dp = g · (p − t) / B,  dt = −dp
+    """
+
+    def __init__(self, p, t):
+        t = _target(t, p, "L2Loss")
+        xp = backend.array_module(p._data)
+        self.r = p._data - t._data
+        self.B = _rows(p._data.shape)
+        super().__init__(_scalar((self.r * self.r).sum() / (2 * self.B), xp), p, t)
+
+    def _back(self, p, t):
+        dp = _upstream(self) * self.r / self.B
+        p.accumulate(dp)
+        if t.requires_grad:
+            t.accumulate(-dp)
+
+
+class HuberLoss(Loss):
+    """Huber loss with threshold d: quadratic near zero, linear beyond d.
+
+    huber_d(r) = r²/2 if |r| ≤ d else d·(|r| − d/2),   r = p − t
+    y = Σ huber_d(r) / B
+    dp = g · clip(r, −d, d) / B,  dt = −dp
+    """
+
+    def __init__(self, p, t, d=1.0):
+        if not d > 0:
+            raise ValueError(f"HuberLoss: the threshold d must be positive, got {d}")
+        t = _target(t, p, "HuberLoss")
+        xp = backend.array_module(p._data)
+        self.d = d
+        self.r = p._data - t._data
+        self.B = _rows(p._data.shape)
+        a = xp.abs(self.r)
+        value = xp.where(a <= d, 0.5 * self.r * self.r, d * (a - 0.5 * d)).sum() / self.B
+        super().__init__(_scalar(value, xp), p, t)
+
+    def _back(self, p, t):
+        xp = backend.array_module(self.r)
+        dp = _upstream(self) * xp.clip(self.r, -self.d, self.d) / self.B
+        p.accumulate(dp)
+        if t.requires_grad:
+            t.accumulate(-dp)
+
+
+class CELoss(Loss):
+    """Cross-entropy of probabilities p against target distributions t.
+
+    y = −Σ t · ln max(p, ε) / B        (ε = 1e-12 keeps p = 0 finite; the only clipping)
+    dp = −g · t / max(p, ε) / B,  dt = −g · ln max(p, ε) / B
+    For logits use SoftmaxCELoss, which is exact and stable.
+    """
+    eps = 1e-12
+
+    def __init__(self, p, t):
+        t = _target(t, p, "CELoss")
+        xp = backend.array_module(p._data)
+        self.pc = xp.maximum(p._data, self.eps)
+        self.B = _rows(p._data.shape)
+        super().__init__(_scalar(-(t._data * xp.log(self.pc)).sum() / self.B, xp), p, t)
+
+    def _back(self, p, t):
+        g = _upstream(self)
+        if p.requires_grad:
+            p.accumulate(-g * t._data / self.pc / self.B)
+        if t.requires_grad:
+            t.accumulate(-g * backend.array_module(self.pc).log(self.pc) / self.B)
+
+
+def sequence_mask(lengths, steps, xp=numpy):
+    """A (T, B) float mask from ``lengths`` (B,): mask[s, b] = 1 where s < lengths[b]."""
+    lengths = xp.asarray(lengths).reshape(-1)
+    return (xp.arange(steps)[:, None] < lengths[None, :])
+
+
+def _valid_mask(op, lead_shape, mask, lengths, xp):
+    """The mask of valid positions over the leading (non-class) axes, or None for all."""
+    if mask is not None and lengths is not None:
+        raise ValueError(f"{op}: give either mask or lengths, not both")
+    if lengths is not None:
+        lengths = xp.asarray(lengths.data if isinstance(lengths, NetVar) else lengths)
+        if len(lead_shape) != 2 or lengths.size != lead_shape[1]:
+            raise ValueError(f"{op}: lengths of shape {tuple(lengths.shape)} need inputs of shape "
+                             f"(T, B, ...) with B = {lengths.size}; got leading shape "
+                             f"{tuple(lead_shape)}")
+        return sequence_mask(lengths, lead_shape[0], xp)
+    if mask is None:
+        return None
+    mask = xp.asarray(mask.data if isinstance(mask, NetVar) else mask)
+    if mask.shape != tuple(lead_shape):
+        if mask.size == int(numpy.prod(lead_shape)):
+            mask = mask.reshape(lead_shape)
+        else:
+            raise ValueError(f"{op}: mask of shape {tuple(mask.shape)} does not match the "
+                             f"positions {tuple(lead_shape)}")
+    return mask != 0
+
+
+class MSELoss(Loss):
+    """Mean squared error over all elements (or over the valid ones of a mask).
+
+    y = Σ m·(p − t)² / N        N = Σ m over all elements (m = 1 everywhere without a mask)
+    dp = 2g · m · (p − t) / N,  dt = −dp
+    ``mask`` has the leading shape of p (e.g. (T, B) for (T, B, F) data, broadcast over the
+    features) or p's own shape; ``lengths`` (B,) builds the (T, B) mask of a time-major batch.
+    """
+
+    def __init__(self, p, t, mask=None, lengths=None):
+        t = _target(t, p, "MSELoss")
+        xp = backend.array_module(p._data)
+        r = p._data - t._data
+        if mask is None and lengths is None:
+            n = r.size
+        else:
+            shape = p._data.shape
+            if lengths is not None:
+                m = _valid_mask("MSELoss", shape[:2], mask, lengths, xp)
+            else:
+                md = xp.asarray(mask.data if isinstance(mask, NetVar) else mask)
+                m = _valid_mask("MSELoss", shape[:md.ndim], md, None, xp)
+            m = m.reshape(m.shape + (1,) * (len(shape) - m.ndim))
+            m = xp.broadcast_to(m, shape).astype(p._data.dtype)
+            r = r * m
+            n = m.sum()
+        self.r = r
+        self.n = n
+        super().__init__(_scalar((r * r).sum() / n, xp), p, t)
+
+    def _back(self, p, t):
+        dp = _upstream(self) * 2 * self.r / self.n
+        p.accumulate(dp.astype(p._data.dtype, copy=False))
+        if t.requires_grad:
+            t.accumulate(-dp)
+
+
+class SoftmaxCELoss(Loss):
+    """Softmax cross-entropy on logits z, equal to PyTorch's ``cross_entropy`` (mean).
+
+    z is (N, C) or (T, B, C); t holds class indices (N,) / (T, B) or probabilities shaped like z.
+    log p = z − logsumexp(z)           (stable: computed from z − max z)
+    class indices:  y = −Σᵢ wᵢ · log p[i, tᵢ] / Σᵢ wᵢ,   wᵢ = weight[tᵢ] · mᵢ
+    probabilities:  y = −Σᵢ mᵢ Σ_c weight_c · t_ic · log p_ic / Σᵢ mᵢ
+    dz = g · (softmax(z) − onehot(t)) · wᵢ / Σ w  (indices; the fused gradient, = (softmax − t)/N
+         without weights or masks)
+    Options: ``weight`` (C,) per-class weights; ``ignore_index`` drops positions whose target
+    is that index (indices only); ``mask`` over the positions (N,) / (T, B) or ``lengths`` (B,)
+    for time-major batches, so that only valid positions count (mᵢ = 0 elsewhere). When every
+    position is ignored the mean is 0/0 = NaN, as in PyTorch.
+    """
+
+    def __init__(self, z, t, mask=None, lengths=None, weight=None, ignore_index=None):
+        if not isinstance(z, NetVar):
+            z = constant(z)
+        zd = z._data
+        xp = backend.array_module(zd)
+        if zd.ndim < 1 or zd.shape[-1] == 0:
+            raise ValueError(f"SoftmaxCELoss: logits need a class axis, got shape {tuple(zd.shape)}")
+        C = zd.shape[-1]
+        lead = zd.shape[:-1]
+        M = zd.size // C
+        td = t._data if isinstance(t, NetVar) else xp.asarray(t)
+        z2 = zd.reshape(M, C)
+        shifted = z2 - z2.max(axis=1, keepdims=True)
+        logp = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        valid = _valid_mask("SoftmaxCELoss", lead, mask, lengths, xp)
+        valid = None if valid is None else valid.reshape(M)
+        if weight is not None:
+            weight = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
+                                dtype=zd.dtype).reshape(-1)
+            if weight.size != C:
+                raise ValueError(f"SoftmaxCELoss: weight has {weight.size} entries for {C} "
+                                 "classes")
+        self.indices = td.dtype.kind in "iub"
+        if self.indices:
+            if td.size != M:
+                raise ValueError(f"SoftmaxCELoss: class indices of shape {tuple(td.shape)} do "
+                                 f"not match logits of shape {tuple(zd.shape)}")
+            idx = td.reshape(M).astype(numpy.int64, copy=False)
+            keep = xp.ones(M, dtype=bool) if valid is None else valid
+            if ignore_index is not None:
+                keep = keep & (idx != ignore_index)
+            if xp is numpy:
+                bad = keep & ((idx < 0) | (idx >= C))
+                if bad.any():
+                    raise ValueError(f"SoftmaxCELoss: class index {int(idx[bad][0])} is out of "
+                                     f"range for {C} classes")
+            idx = xp.where(keep, idx, 0)
+            w = keep.astype(zd.dtype)
+            if weight is not None:
+                w = w * weight[idx]
+            self.coef = w / w.sum()
+            self.idx = idx
+            picked = logp[xp.arange(M), idx]
+            value = -(picked * self.coef).sum()
+        else:
+            if ignore_index is not None:
+                raise ValueError("SoftmaxCELoss: ignore_index needs class-index targets")
+            if td.shape != zd.shape:
+                raise ValueError(f"SoftmaxCELoss: target probabilities of shape "
+                                 f"{tuple(td.shape)} do not match logits of shape "
+                                 f"{tuple(zd.shape)} (class indices need an integer dtype, "
+                                 "e.g. NetVar(labels, dtype=int))")
+            tw = td.reshape(M, C).astype(zd.dtype, copy=False)
+            if weight is not None:
+                tw = tw * weight
+            keep = xp.ones(M, dtype=zd.dtype) if valid is None else valid.astype(zd.dtype)
+            self.coef = keep / keep.sum()
+            self.tw = tw
+            value = -((tw * logp).sum(axis=1) * self.coef).sum()
+        self.logp = logp
+        self.weight = weight
+        parents = (z, t) if isinstance(t, NetVar) else (z,)
+        super().__init__(_scalar(value, xp).astype(zd.dtype, copy=False), *parents)
+
+    def _back(self, z, t=None):
+        xp = backend.array_module(self.logp)
+        g = _upstream(self)
+        M, C = self.logp.shape
+        coef = (g * self.coef)[:, None]
+        if z.requires_grad:
+            softmax = xp.exp(self.logp)
+            if self.indices:
+                dz = softmax
+                dz[xp.arange(M), self.idx] -= 1
+                dz *= coef
+            else:
+                dz = (softmax * self.tw.sum(axis=1, keepdims=True) - self.tw) * coef
+            z.accumulate(dz.reshape(z._data.shape))
+        if t is not None and t.requires_grad and not self.indices:
+            dt = -self.logp * coef
+            if self.weight is not None:
+                dt = dt * self.weight
+            t.accumulate(dt.reshape(t._data.shape))

@@ -1,0 +1,3 @@
+"""Normalisation: BatchNorm, LayerNorm."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Fused recurrent layers over time-major (T, B, F) sequences."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Regularisation: Dropout, L2Reg."""
+
+__all__ = []

@@ -1,0 +1,43 @@
+"""Adam, with bias correction."""
+
+__all__ = ['Adam']
+from .. import backend
+from .base import Optimizer
+
+
+class Adam(Optimizer):
+    """Adam: moving averages of the gradient and its square, bias-corrected.
+
+    m = β1·m + (1 − β1)·g          v = β2·v + (1 − β2)·g²
+    m̂ = m / (1 − β1ᵗ)              v̂ = v / (1 − β2ᵗ)
+    p = p − lr · m̂ / (√v̂ + eps)
+    ``momentum`` is β1, ``rms`` is β2; t counts this parameter's updates. With momentum 0 it
+    becomes RMSProp (with bias correction).
+    """
+
+    def __init__(self, params, lr=0.001, momentum=0.9, rms=0.999, eps=1e-8):
+        super().__init__(params, lr)
+        if not 0 <= momentum < 1 or not 0 <= rms < 1:
+            raise ValueError(f"Adam: momentum and rms must be in [0, 1), got {momentum}, {rms}")
+        self.momentum = momentum
+        self.rms = rms
+        self.eps = eps
+
+    def _update(self, p, g, state):
+        xp = backend.array_module(p._data)
+        if "m" not in state:
+            state["m"] = xp.zeros_like(p._data)
+            state["v"] = xp.zeros_like(p._data)
+            state["t"] = 0
+        b1, b2 = self.momentum, self.rms
+        m, v = state["m"], state["v"]
+        state["t"] += 1
+        t = state["t"]
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * (g * g)
+        step = self.lr / (1 - b1 ** t)
+        denom = xp.sqrt(v / (1 - b2 ** t))
+        denom += self.eps
+        p._data -= step * (m / denom)

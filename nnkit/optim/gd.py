@@ -1,0 +1,32 @@
+"""Gradient descent with momentum, as in the article."""
+
+__all__ = ['GD']
+from .. import backend
+from .base import Optimizer
+
+
+class GD(Optimizer):
+    """Gradient descent with momentum (an exponential moving average of the gradient).
+
+    m = β·m + (1 − β)·g
+    p = p − lr·m
+    ``momentum`` is β ∈ [0, 1); with β = 0 this is plain gradient descent.
+    """
+
+    def __init__(self, params, lr=0.1, momentum=0.9):
+        super().__init__(params, lr)
+        if not 0 <= momentum < 1:
+            raise ValueError(f"GD: momentum must be in [0, 1), got {momentum}")
+        self.momentum = momentum
+
+    def _update(self, p, g, state):
+        beta = self.momentum
+        if beta == 0:
+            p._data -= self.lr * g
+            return
+        m = state.get("m")
+        if m is None:
+            m = state["m"] = backend.array_module(p._data).zeros_like(p._data)
+        m *= beta
+        m += (1 - beta) * g
+        p._data -= self.lr * m

@@ -1,0 +1,3 @@
+"""Gradient and weight modifiers that attach to an optimizer."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Learning-rate schedules usable with any optimizer."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""Graph pictures: nnkit.draw(root) renders the graph with Graphviz."""
+
+__all__ = []

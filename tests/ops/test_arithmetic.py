@@ -1,0 +1,66 @@
+"""Gradchecks of the arithmetic ops, including broadcast shapes."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+BROADCAST_PAIRS = [((3, 4), (3, 4)), ((3, 4), (1, 4)), ((3, 4), (3, 1)), ((3, 4), (1, 1)),
+                   ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((1, 4), (3, 1))]
+
+
+@pytest.mark.parametrize("op", [nn.Add, nn.Sub, nn.Mul, nn.Div])
+@pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
+def test_binary_elementwise_gradcheck(op, shapes, rng):
+    a = var64(rng, *shapes[0])
+    # keep divisors away from zero
+    b = var64(rng, *shapes[1], positive=op is nn.Div)
+    if len(shapes[1]) == 1:   # a true 1-D operand, not promoted to a row
+        b = nn.constant(b.data.reshape(shapes[1]))
+        b.requires_grad = True
+    nn.gradcheck(op, a, b)
+
+
+@pytest.mark.parametrize("op", [nn.Add, nn.Sub, nn.Mul, nn.Div])
+def test_binary_ops_with_python_scalars(op, rng):
+    a = var64(rng, 2, 3, positive=True)
+    nn.gradcheck(lambda x: op(x, 2.0), a)
+    nn.gradcheck(lambda x: op(3.0, x), a)
+
+
+def test_operators_build_the_right_ops(rng):
+    a, b = var64(rng, 2, 2, positive=True), var64(rng, 2, 2, positive=True)
+    assert isinstance(a + b, nn.Add) and isinstance(a - b, nn.Sub)
+    assert isinstance(a * b, nn.Mul) and isinstance(a / b, nn.Div)
+    assert isinstance(a @ b, nn.Multiply) and isinstance(-a, nn.Neg)
+    assert isinstance(a ** 2, nn.Pow)
+    np.testing.assert_allclose((2 - a).data, 2 - a.data)
+    np.testing.assert_allclose((2 / a).data, 2 / a.data)
+    np.testing.assert_allclose((np.ones((2, 2)) + a).data, 1 + a.data)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (3, 4)), ((1, 3), (3, 1)), ((5, 2, 3), (3, 4)),
+                                    ((2, 2, 3), (2, 3, 4)), ((2, 3), (5, 3, 4))])
+def test_multiply_gradcheck(shapes, rng):
+    nn.gradcheck(nn.Multiply, var64(rng, *shapes[0]), var64(rng, *shapes[1]))
+
+
+def test_multiply_rejects_vectors():
+    with pytest.raises(ValueError, match="at least 2-D"):
+        nn.Multiply(nn.constant(np.ones(3)), nn.NetVar(np.ones((3, 2))))
+
+
+@pytest.mark.parametrize("p", [2, 3, 0.5, -1.5])
+def test_pow_gradcheck(p, rng):
+    nn.gradcheck(lambda x: nn.Pow(x, p), var64(rng, 3, 4, positive=True))
+
+
+def test_pow_rejects_node_exponent(rng):
+    with pytest.raises(TypeError, match="Pow: the exponent"):
+        var64(rng, 2, 2) ** var64(rng, 1, 1)
+
+
+@pytest.mark.parametrize("op,positive", [(nn.Neg, False), (nn.Exp, False), (nn.Log, True)])
+def test_unary_gradcheck(op, positive, rng):
+    nn.gradcheck(op, var64(rng, 3, 5, positive=positive))
+    nn.gradcheck(op, var64(rng, 2, 3, 4, positive=positive))

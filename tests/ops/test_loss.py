@@ -1,0 +1,154 @@
+"""Losses: gradchecks, hand-computed values, upstream gradients, masks, and PyTorch parity."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+
+def test_l1_l2_huber_values():
+    p = nn.NetVar(np.array([[1.0, 2.0], [3.0, -1.0]]))
+    t = np.array([[0.0, 2.0], [1.0, 2.0]])
+    assert nn.L1Loss(p, t).item() == pytest.approx((1 + 0 + 2 + 3) / 2)
+    assert nn.L2Loss(p, t).item() == pytest.approx((1 + 0 + 4 + 9) / 4)
+    # huber_1: r = 1 -> 0.5, 0 -> 0, 2 -> 1.5, -3 -> 2.5
+    assert nn.HuberLoss(p, t).item() == pytest.approx((0.5 + 0 + 1.5 + 2.5) / 2)
+    assert nn.MSELoss(p, t).item() == pytest.approx((1 + 0 + 4 + 9) / 4)
+    assert nn.L2Loss(p, t).shape == (1, 1)
+
+
+@pytest.mark.parametrize("loss", [nn.L1Loss, nn.L2Loss, nn.HuberLoss, nn.MSELoss])
+@pytest.mark.parametrize("shape", [(4, 3), (1, 5), (2, 3, 2)])
+def test_regression_losses_gradcheck(loss, shape, rng):
+    p, t = var64(rng, *shape), var64(rng, *shape)
+    nn.gradcheck(loss, p, t)
+
+
+def test_huber_threshold_gradcheck(rng):
+    p, t = var64(rng, 4, 3), var64(rng, 4, 3)
+    nn.gradcheck(lambda a, b: nn.HuberLoss(a, b, d=0.3), p, t)
+
+
+def test_ce_loss_gradcheck_and_finite_at_zero(rng):
+    p = nn.SoftMax(var64(rng, 3, 4))
+    t = nn.SoftMax(var64(rng, 3, 4))
+    nn.gradcheck(lambda z, s: nn.CELoss(nn.SoftMax(z), nn.SoftMax(s)),
+                 var64(rng, 3, 4), var64(rng, 3, 4))
+    zero = nn.CELoss(nn.NetVar(np.array([[0.0, 1.0]])), np.array([[1.0, 0.0]]))
+    assert np.isfinite(zero.item())
+    assert p.shape == t.shape
+
+
+def test_losses_honour_the_upstream_gradient(rng):
+    for loss in (nn.L1Loss, nn.L2Loss, nn.HuberLoss, nn.CELoss, nn.MSELoss, nn.SoftmaxCELoss):
+        p = nn.NetVar(np.abs(rng.standard_normal((3, 4))) + 0.1)
+        t = np.eye(4)[[0, 2, 1]]
+        loss(p, t).back()
+        once = p.g.copy()
+        p.reset()
+        (loss(p, t) * 3.0).back()
+        np.testing.assert_allclose(p.g, 3 * once, err_msg=loss.__name__)
+
+
+def test_loss_shape_mismatch_names_the_loss():
+    with pytest.raises(ValueError, match=r"L2Loss: prediction of shape \(2, 3\) and target of "
+                                         r"shape \(2, 2\) differ"):
+        nn.L2Loss(nn.NetVar(np.ones((2, 3))), np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (1, 3), (3, 2, 4)])
+def test_softmax_ce_gradcheck_indices_and_probabilities(shape, rng):
+    z = var64(rng, *shape)
+    labels = rng.integers(0, shape[-1], size=shape[:-1])
+    nn.gradcheck(lambda v: nn.SoftmaxCELoss(v, labels), z)
+    probs = rng.random(shape)
+    probs /= probs.sum(-1, keepdims=True)
+    nn.gradcheck(lambda v, t: nn.SoftmaxCELoss(v, t), z, nn.constant(probs))
+    target = nn.NetVar(probs)
+    nn.gradcheck(lambda v, t: nn.SoftmaxCELoss(v, t), z, target)
+
+
+def test_softmax_ce_fused_gradient_and_stability():
+    z = nn.NetVar(np.array([[1000.0, 0.0, -1000.0], [0.0, 0.0, 0.0]]))
+    loss = nn.SoftmaxCELoss(z, np.array([0, 2]))
+    assert loss.item() == pytest.approx(np.log(3) / 2)
+    loss.back()
+    softmax = np.array([[1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    onehot = np.array([[1.0, 0, 0], [0, 0, 1.0]])
+    np.testing.assert_allclose(z.g, (softmax - onehot) / 2, atol=1e-12)
+
+
+def test_softmax_ce_accepts_row_promoted_labels():
+    z = nn.NetVar(np.zeros((3, 2)))
+    labels = nn.NetVar([0, 1, 1], dtype=int)
+    assert nn.SoftmaxCELoss(z, labels).item() == pytest.approx(np.log(2))
+
+
+def test_softmax_ce_errors():
+    z = nn.NetVar(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="class index 7 is out of range for 4 classes"):
+        nn.SoftmaxCELoss(z, np.array([0, 7, 1]))
+    with pytest.raises(ValueError, match=r"class indices of shape \(2,\)"):
+        nn.SoftmaxCELoss(z, np.array([0, 1]))
+    with pytest.raises(ValueError, match="integer dtype"):
+        nn.SoftmaxCELoss(z, np.array([0.0, 1.0, 2.0]))
+
+
+def test_softmax_ce_mask_and_lengths_average_valid_positions(rng):
+    T, B, C = 4, 3, 5
+    z = var64(rng, T, B, C)
+    labels = rng.integers(0, C, size=(T, B))
+    lengths = np.array([4, 1, 2])
+    mask = np.arange(T)[:, None] < lengths[None, :]
+    masked = nn.SoftmaxCELoss(z, labels, lengths=lengths)
+    # reference: mean over the valid positions only
+    zd = z.data - z.data.max(-1, keepdims=True)
+    logp = zd - np.log(np.exp(zd).sum(-1, keepdims=True))
+    picked = np.take_along_axis(logp, labels[..., None], -1)[..., 0]
+    assert masked.item() == pytest.approx(-(picked * mask).sum() / mask.sum())
+    assert nn.SoftmaxCELoss(z, labels, mask=mask).item() == pytest.approx(masked.item())
+    masked.back()
+    assert np.all(z.g[~mask] == 0)
+    nn.gradcheck(lambda v: nn.SoftmaxCELoss(v, labels, lengths=lengths), z)
+
+
+def test_mse_mask_normaliser(rng):
+    T, B, F = 3, 2, 4
+    p, t = var64(rng, T, B, F), var64(rng, T, B, F)
+    lengths = np.array([3, 1])
+    mask = (np.arange(T)[:, None] < lengths[None, :])
+    expected = (((p.data - t.data) ** 2) * mask[..., None]).sum() / (mask.sum() * F)
+    assert nn.MSELoss(p, t, lengths=lengths).item() == pytest.approx(expected)
+    assert nn.MSELoss(p, t, mask=mask).item() == pytest.approx(expected)
+    nn.gradcheck(lambda a, b: nn.MSELoss(a, b, mask=mask), p, t)
+
+
+def test_softmax_ce_matches_pytorch(torch, rng):
+    import torch.nn.functional as F
+    N, C = 7, 5
+    z = rng.standard_normal((N, C))
+    labels = rng.integers(0, C, size=N)
+    labels[2] = -100
+    weight = rng.random(C) + 0.5
+    cases = [dict(), dict(weight=weight), dict(ignore_index=-100, weight=weight)]
+    for options in cases:
+        lab = labels if "ignore_index" in options else np.where(labels < 0, 0, labels)
+        zn = nn.NetVar(z)
+        loss = nn.SoftmaxCELoss(zn, lab, **options)
+        loss.back()
+        zt = torch.tensor(z, requires_grad=True)
+        kwargs = {k: torch.tensor(v) if k == "weight" else v for k, v in options.items()}
+        ref = F.cross_entropy(zt, torch.tensor(lab), **kwargs)
+        ref.backward()
+        assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
+        np.testing.assert_allclose(zn.g, zt.grad.numpy(), atol=1e-12)
+    probs = rng.random((N, C))
+    probs /= probs.sum(1, keepdims=True)
+    zn = nn.NetVar(z)
+    loss = nn.SoftmaxCELoss(zn, probs, weight=weight)
+    zt = torch.tensor(z, requires_grad=True)
+    ref = F.cross_entropy(zt, torch.tensor(probs), weight=torch.tensor(weight))
+    ref.backward()
+    loss.back()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
+    np.testing.assert_allclose(zn.g, zt.grad.numpy(), atol=1e-12)

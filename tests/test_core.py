@@ -1,0 +1,359 @@
+"""The engine: NetVar, NetOp, back(), dtype policy, modes, graph lifetime."""
+import gc
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+
+# ---------------------------------------------------------------- NetVar and the dtype policy
+
+def test_promotion_to_rows():
+    assert nn.NetVar([1, 2]).shape == (1, 2)
+    assert nn.NetVar(3).shape == (1, 1)
+    assert nn.NetVar(np.ones((2, 3, 4))).shape == (2, 3, 4)
+
+
+def test_dtype_policy():
+    assert nn.NetVar([1, 2]).dtype == np.float32
+    assert nn.NetVar(2.5).dtype == np.float32
+    assert nn.NetVar(np.array([1, 2])).dtype == np.float32
+    assert nn.NetVar(np.array([True])).dtype == np.float32
+    assert nn.NetVar(np.ones(3, dtype=np.float64)).dtype == np.float64
+    assert nn.NetVar(np.ones(3, dtype=np.float16)).dtype == np.float16
+    labels = nn.NetVar([0, 2, 1], dtype=int)
+    assert labels.dtype.kind == "i" and not labels.requires_grad
+
+
+def test_default_dtype_is_settable():
+    try:
+        nn.dtype = np.float64
+        assert nn.NetVar([1, 2]).dtype == np.float64
+    finally:
+        nn.dtype = np.float32
+    assert nn.NetVar([1, 2]).dtype == np.float32
+    with pytest.raises(TypeError, match="float"):
+        nn.set_dtype(np.int32)
+
+
+def test_python_scalar_operand_adopts_dtype():
+    x32 = nn.NetVar(np.ones((2, 2), dtype=np.float32))
+    x64 = nn.NetVar(np.ones((2, 2)))
+    assert (x32 * 0.5).dtype == np.float32
+    assert (x32 + 1).dtype == np.float32
+    assert (1 - x32).dtype == np.float32
+    assert (x64 / 3).dtype == np.float64
+    assert (2.0 ** 0 * x64).dtype == np.float64
+
+
+def test_bad_data_is_rejected_clearly():
+    with pytest.raises(TypeError, match="NetVar"):
+        nn.NetVar(["a", "b"])
+    with pytest.raises(TypeError, match="NetVar"):
+        nn.NetVar(np.array([object(), object()]))
+
+
+def test_netvar_basics():
+    x = nn.NetVar([[1.0, 2.0]], name="x")
+    assert x.item.__doc__
+    assert "x" in repr(x) and "(1, 2)" in repr(x) and "float32" in repr(x)
+    assert nn.NetVar(7).item() == 7.0
+    with pytest.raises(ValueError, match="2 elements"):
+        x.item()
+    assert np.array_equal(x.g, np.zeros((1, 2)))
+    with pytest.raises(TypeError, match="ambiguous"):
+        bool(x)
+
+
+# ---------------------------------------------------------------- back()
+
+def test_backward_of_article_graph_by_hand():
+    x = nn.NetVar([1., 2.])
+    w = nn.NetVar([[3., 4., 5.], [6., 7., 8.]])
+    b = nn.NetVar([1., -100., 3.])
+    y = nn.ReLU(nn.Add(nn.Multiply(x, w), b))
+    y.back()
+    mask = np.array([[1., 0., 1.]])      # the middle unit is cut by ReLU
+    np.testing.assert_allclose(b.g, mask)
+    np.testing.assert_allclose(w.g, x.data.T @ mask)
+    np.testing.assert_allclose(x.g, mask @ w.data.T)
+
+
+def test_diamond_fan_out_counts_each_path_once():
+    # y = (x*x) + (x*x) built as a diamond with a shared middle node, depth 30:
+    # every level doubles the value; gradient is 2^30 · d(x*x) / dx = 2^30 · 2x, not exponential in paths.
+    x = nn.NetVar(np.array([[1.5]]))
+    h = x * x
+    for _ in range(30):
+        h = h + h
+    h.back()
+    assert x.g.item() == pytest.approx(2 ** 30 * 2 * 1.5)
+
+
+def test_shared_weight_gets_sum_of_both_uses():
+    w = nn.NetVar(np.array([[2.0]]))
+    x = nn.NetVar(np.array([[3.0]]), requires_grad=False)
+    y = (x @ w) @ w            # y = x·w², dy/dw = 2xw = 12
+    y.back()
+    assert w.g.item() == pytest.approx(12.0)
+
+
+def test_unrolled_rnn_with_a_loss_at_every_step_by_hand():
+    # h_t = w·h_{t−1} + x_t, loss = Σ_t h_t; d loss / dw by hand = Σ_t Σ_{k<t} w^{t−1−k}... checked
+    # against the closed form of the scalar recursion.
+    w = nn.NetVar(np.array([[0.5]]))
+    xs = [1.0, 2.0, -1.0, 3.0]
+    h = nn.NetVar(np.array([[0.0]]), requires_grad=False)
+    hs, total = [], None
+    for x in xs:
+        h = h * w + x
+        hs.append(h)
+        total = h if total is None else total + h
+    total.back()
+    # numeric derivative of the same recursion
+    def loss(wv):
+        hv, s = 0.0, 0.0
+        for x in xs:
+            hv = hv * wv + x
+            s += hv
+        return s
+    eps = 1e-6
+    assert w.g.item() == pytest.approx((loss(0.5 + eps) - loss(0.5 - eps)) / (2 * eps), rel=1e-6)
+
+
+def test_double_back_doubles_leaf_gradients_and_recomputes_intermediates():
+    x = var64(np.random.default_rng(0), 3, 4)
+    h = nn.Tanh(x)
+    y = (h * h).sum()
+    y.back()
+    g1, h1 = x.g.copy(), h.g.copy()
+    y.back()
+    np.testing.assert_allclose(x.g, 2 * g1)
+    np.testing.assert_allclose(h.g, h1)          # intermediate: recomputed, not accumulated
+    x.reset()
+    np.testing.assert_array_equal(x.g, np.zeros_like(g1))
+
+
+def test_back_on_subgraph_and_on_a_leaf():
+    x = nn.NetVar(np.array([[2.0]]))
+    y = x * x
+    z = y * 3.0
+    y.back()
+    assert x.g.item() == 4.0
+    x.reset()
+    z.back()
+    assert x.g.item() == 12.0
+    x.back()
+    assert x.g.item() == 13.0
+
+
+def test_seed_gradient():
+    x = nn.NetVar(np.array([[1.0, 2.0]]))
+    y = x * 3.0
+    y.back(np.array([[1.0, 10.0]]))
+    np.testing.assert_allclose(x.g, [[3.0, 30.0]])
+    with pytest.raises(ValueError, match=r"seed gradient of shape \(3,\)"):
+        y.back(np.ones(3))
+
+
+def test_seed_array_is_not_modified():
+    x = nn.NetVar(np.array([[1.0, 2.0]]))
+    seed = np.array([[1.0, 1.0]])
+    y = x + x
+    y.back(seed)
+    y.back(seed)
+    np.testing.assert_array_equal(seed, [[1.0, 1.0]])
+    np.testing.assert_allclose(x.g, [[4.0, 4.0]])
+
+
+def test_gradient_buffers_are_not_aliased_between_nodes():
+    # Add passes its gradient through unchanged; editing one node's .g must not change another's.
+    a = nn.NetVar(np.ones((1, 2)))
+    b = nn.NetVar(np.ones((1, 2)))
+    s = a + b
+    s.back()
+    a.g += 5
+    np.testing.assert_array_equal(b.g, [[1.0, 1.0]])
+    np.testing.assert_array_equal(s.g, [[1.0, 1.0]])
+
+
+def test_back_requires_a_graph():
+    x = nn.NetVar([1.0], requires_grad=False)
+    with pytest.raises(RuntimeError, match="does not require a gradient"):
+        (x * 2.0).back()
+    w = nn.NetVar([1.0])
+    with nn.no_grad():
+        y = w * 2.0
+    assert y.parents == () and not y.requires_grad
+    with pytest.raises(RuntimeError, match="no_grad"):
+        y.back()
+
+
+def test_no_grad_records_nothing_and_is_a_decorator():
+    w = nn.NetVar([1.0, 2.0])
+
+    @nn.no_grad()
+    def f():
+        return nn.Tanh(w * w)
+
+    assert f().parents == ()
+    assert nn.is_grad_enabled()
+    with nn.no_grad():
+        with nn.enable_grad():
+            assert (w * w).parents
+        assert not (w * w).parents
+
+
+def test_long_chain_at_default_recursion_limit():
+    assert sys.getrecursionlimit() == 1000
+    x = nn.NetVar(np.array([[0.3]]))
+    y = x
+    for i in range(100_000):
+        y = nn.Tanh(y) if i % 2 else y * 1.0
+    y.back()
+    assert np.isfinite(x.g).all() and x.g.item() != 0.0
+
+
+def test_20000_step_rnn_with_per_step_losses():
+    rng = np.random.default_rng(0)
+    W = nn.NetVar(rng.standard_normal((4, 4)) * 0.3)
+    h = nn.NetVar(np.zeros((1, 4)), requires_grad=False)
+    total = None
+    for t in range(20_000):
+        h = nn.Tanh(h @ W + 0.1)
+        step_loss = (h * h).sum()
+        total = step_loss if total is None else total + step_loss
+    total.back()
+    assert W.g.shape == (4, 4) and np.isfinite(W.g).all()
+
+
+def _build_chain(depth):
+    x = nn.NetVar(np.array([[1.0]]))
+    y = x
+    for _ in range(depth):
+        y = nn.Tanh(y)
+    return x, y
+
+
+@pytest.mark.parametrize("collect", [False, True])
+def test_graph_freed_by_reference_counting(collect):
+    was_enabled = gc.isenabled()
+    if not collect:
+        gc.disable()
+    try:
+        x, y = _build_chain(1000)
+        y.back()
+        probe = weakref.ref(y.parents[0])
+        del y
+        assert probe() is None     # freed at once, without the cycle collector
+        x, y = _build_chain(100_000)
+        del y                      # a 100,000-deep graph dies without crashing
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_user_op_written_like_the_article():
+    class Multiply(nn.NetOp):
+        """Multiplication.
+
+        y = xw
+        """
+        def __init__(self, x, w):
+            super().__init__(x.data @ w.data, x, w)
+
+        def _back(self, x, w):
+            x.g += self.g @ w.data.T
+            w.g += x.data.T @ self.g
+            super()._back()
+
+    rng = np.random.default_rng(3)
+    x, w = var64(rng, 2, 3), var64(rng, 3, 4)
+    nn.gradcheck(lambda a, b: nn.Tanh(Multiply(a, b)), x, w)
+    # fan-out through a user op accumulates exactly like a built-in op
+    y = Multiply(x, w)
+    z = nn.Add(y, y)
+    z.back()
+    np.testing.assert_allclose(w.g, 2 * x.data.T @ np.ones((2, 4)))
+
+
+# ---------------------------------------------------------------- in-place edits and anomalies
+
+def test_in_place_edit_after_use_is_detected_at_back():
+    w = nn.NetVar(np.ones((2, 2)))
+    x = nn.NetVar(np.ones((1, 2)))
+    y = (x @ w).sum()
+    w.data += 1.0
+    with pytest.raises(nn.InplaceEditError, match="Multiply"):
+        y.back()
+    y = (x @ w).sum()          # rebuilt after the edit: fine
+    y.back()
+
+
+def test_optimizer_step_after_back_is_allowed_then_stale_graph_is_refused():
+    w = nn.NetVar(np.ones((2, 2)))
+    x = nn.NetVar(np.ones((1, 2)), requires_grad=False)
+    y = (x @ w).sum()
+    y.back()
+    nn.GD([w], lr=0.1).step()
+    with pytest.raises(nn.InplaceEditError):
+        y.back()
+
+
+def test_detect_anomaly_names_the_op():
+    x = nn.NetVar(np.array([[-1.0, 1.0]]))
+    with nn.detect_anomaly():
+        with pytest.raises(nn.AnomalyError, match=r"forward of Log #\d+"):
+            nn.Log(x)
+    y = nn.Log(nn.NetVar(np.array([[0.0, 1.0]])) * 1.0)   # -inf in forward, outside the mode
+    with nn.detect_anomaly():
+        a = nn.NetVar(np.array([[0.0, 1.0]]))
+        with pytest.raises(nn.AnomalyError, match="Sqrt|Pow"):
+            nn.Pow(a, 0.5).sum().back()
+    assert y is not None
+
+
+def test_train_mode_switch():
+    assert nn.is_training()
+    with nn.train_mode(False):
+        assert not nn.is_training()
+        with nn.train_mode(True):
+            assert nn.is_training()
+    with nn.eval_mode():
+        assert not nn.is_training()
+    assert nn.is_training()
+
+
+def test_broadcast_mismatch_names_op_and_shapes():
+    with pytest.raises(ValueError, match=r"Add: cannot broadcast \(4, 3\) with \(2, 5\)"):
+        nn.NetVar(np.ones((4, 3))) + nn.NetVar(np.ones((2, 5)))
+    with pytest.raises(ValueError, match=r"Multiply: cannot multiply \(4, 3\) by \(2, 5\)"):
+        nn.Multiply(nn.NetVar(np.ones((4, 3))), nn.NetVar(np.ones((2, 5))))
+
+
+def test_nan_propagates_without_clipping():
+    x = nn.NetVar(np.array([[np.nan, 1.0]]))
+    assert np.isnan(nn.Tanh(x).data[0, 0])
+    assert np.isnan(nn.Sigmoid(x).data[0, 0])
+    assert np.isnan((x * 2.0).data[0, 0])
+
+
+def test_device_mixing_error_names_both_devices():
+    class FakeGPUArray:
+        shape = (2,)
+        device = type("Device", (), {"id": 0})()
+
+    from nnkit import backend
+    with pytest.raises(ValueError, match=r"cpu.*gpu:0"):
+        backend.check_same_device("Add", np.ones(2), FakeGPUArray())
+
+
+def test_cupy_is_optional():
+    if nn.gpu_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="CuPy"):
+        nn.NetVar([1.0]).to_gpu()

@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+
+class WrongTanh(nn.NetOp):
+    """Tanh with a deliberately wrong derivative (1 − y instead of 1 − y²).
+
+    y = tanh(x)
+    dx = g · (1 − y)
+    """
+
+    def __init__(self, x):
+        super().__init__(np.tanh(x.data), x)
+
+    def _back(self, x):
+        x.g += self.g * (1 - self.data)
+
+
+def test_gradcheck_passes_correct_ops(rng):
+    assert nn.gradcheck(nn.Tanh, var64(rng, 3, 3))
+
+
+def test_gradcheck_names_input_and_worst_element(rng):
+    x = var64(rng, 2, 3, name="hidden")
+    with pytest.raises(nn.GradcheckError, match=r"input 0 'hidden' of shape \(2, 3\): worst "
+                                                r"element \(\d, \d\) has analytic"):
+        nn.gradcheck(WrongTanh, x)
+    assert nn.gradcheck(WrongTanh, x, raise_on_error=False) is False
+
+
+def test_gradcheck_requires_float64(rng):
+    with pytest.raises(TypeError, match="float64"):
+        nn.gradcheck(nn.Tanh, nn.NetVar([1.0, 2.0]))
+
+
+def test_gradcheck_leaves_inputs_unchanged(rng):
+    x = var64(rng, 3, 2)
+    before = x.data.copy()
+    nn.gradcheck(lambda v: nn.Exp(v).sum(), x)
+    np.testing.assert_array_equal(x.data, before)
