@@ -1,3 +1,251 @@
-"""Indexing and joins: GetItem (x[...]), Concat, Stack, Split, Flatten, Pad, Broadcast."""
+"""Indexing and joins: GetItem (x[...]), Concat, Stack, Split, Flatten, Pad, Broadcast.
 
-__all__ = []
+These ops move or copy elements without changing them, so each backward puts g back where the
+element came from. Notation: input x (inputs x₁…xₖ for joins), output y, upstream gradient g.
+"""
+
+__all__ = ['GetItem', 'Concat', 'Stack', 'Split', 'Flatten', 'Pad', 'Broadcast']
+import numpy
+
+from .. import backend
+from ..core import NetOp, NetVar, constant
+from .shape import Reshape
+
+
+def scatter_add(target, index, values):
+    """``target[index] += values`` where repeated indices accumulate (in place)."""
+    xp = backend.array_module(target)
+    if xp is numpy:
+        numpy.add.at(target, index, values)
+    else:
+        import cupyx
+        cupyx.scatter_add(target, index, values)
+    return target
+
+
+def _index_part(part, xp):
+    """One component of an index, with NetVars replaced by their integer or boolean data."""
+    if isinstance(part, NetVar):
+        part = part._data
+        if part.dtype.kind not in "biu":
+            raise IndexError(f"GetItem: an index NetVar must hold integers or booleans, "
+                             f"got dtype {part.dtype} (build it with dtype=int)")
+    elif isinstance(part, list):
+        part = xp.asarray(part)
+    return part
+
+
+def _is_integer_array(part):
+    return hasattr(part, "dtype") and getattr(part, "ndim", 0) > 0 and part.dtype.kind in "iu"
+
+
+class GetItem(NetOp):
+    """Elements of x selected as NumPy's ``x[index]`` does (``x[index]`` builds it).
+
+    y = x[index]
+    dx = zeros like x, then dx[index] += g   (scatter-add: a repeated index gets the sum of
+         its gradients, e.g. x[[0, 0, 1]] gives row 0 twice its share)
+    index: ints, slices (negative steps too), None / newaxis, Ellipsis, integer arrays or lists,
+    boolean masks, or a tuple of these; NetVars of integer or boolean dtype are used as their data.
+    """
+
+    def __init__(self, x, index):
+        xp = backend.array_module(x._data)
+        if isinstance(index, tuple):
+            index = tuple(_index_part(part, xp) for part in index)
+        else:
+            index = _index_part(index, xp)
+        try:
+            y = x._data[index]
+        except IndexError as error:
+            raise IndexError(f"GetItem: cannot index x of shape {tuple(x.shape)} with "
+                             f"{_describe_index(index)}: {error}") from None
+        parts = index if isinstance(index, tuple) else (index,)
+        self.key = index
+        self.repeats = any(_is_integer_array(part) for part in parts)
+        super().__init__(y, x)
+
+    def _back(self, x):
+        xp = backend.array_module(x._data)
+        dx = xp.zeros_like(x._data)
+        if self.repeats:
+            scatter_add(dx, self.key, self._g)
+        else:                   # slices and masks select each element at most once
+            dx[self.key] = self._g
+        x.accumulate(dx)
+
+
+def _describe_index(index):
+    parts = index if isinstance(index, tuple) else (index,)
+    shown = [f"array of shape {tuple(p.shape)} and dtype {p.dtype}" if hasattr(p, "shape")
+             and getattr(p, "ndim", 0) else repr(p) for p in parts]
+    return "(" + ", ".join(shown) + ")" if isinstance(index, tuple) else shown[0]
+
+
+def _join_inputs(op, xs):
+    if isinstance(xs, NetVar) or not len(xs):
+        raise TypeError(f"{op}: give a non-empty list of nodes, e.g. {op}([a, b], axis=0)")
+    first = next((x for x in xs if isinstance(x, NetVar)), None)
+    return [x if isinstance(x, NetVar) else constant(x, first) for x in xs]
+
+
+def _check_axis(op, axis, ndim, shape):
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for inputs of shape {shape}")
+    return axis % ndim
+
+
+class Concat(NetOp):
+    """Join nodes along an existing axis, as ``numpy.concatenate``.
+
+    y = [x₁, x₂, …, xₖ] along axis
+    dxᵢ = the slice of g that xᵢ occupies
+    Every input must have the same shape except along ``axis``.
+    """
+
+    def __init__(self, xs, axis=0):
+        xs = _join_inputs("Concat", xs)
+        shape = tuple(xs[0].shape)
+        self.axis = _check_axis("Concat", axis, len(shape), shape)
+        for i, x in enumerate(xs[1:], 1):
+            other = tuple(x.shape)
+            if len(other) != len(shape) or any(a != b for k, (a, b) in
+                                               enumerate(zip(shape, other)) if k != self.axis):
+                raise ValueError(f"Concat: input {i} of shape {other} does not match input 0 of "
+                                 f"shape {shape} outside axis {self.axis}")
+        xp = backend.array_module(xs[0]._data)
+        self.ends = numpy.cumsum([x.shape[self.axis] for x in xs])
+        super().__init__(xp.concatenate([x._data for x in xs], axis=self.axis), *xs)
+
+    def _back(self, *xs):
+        xp = backend.array_module(self._g)
+        for x, part in zip(xs, xp.split(self._g, self.ends[:-1].tolist(), axis=self.axis)):
+            x.accumulate(part)
+
+
+class Stack(NetOp):
+    """Stack equal-shaped nodes along a new axis, as ``numpy.stack``.
+
+    y[…, i, …] = xᵢ   (i along the new axis)
+    dxᵢ = g[…, i, …]
+    """
+
+    def __init__(self, xs, axis=0):
+        xs = _join_inputs("Stack", xs)
+        shape = tuple(xs[0].shape)
+        self.axis = _check_axis("Stack", axis, len(shape) + 1, shape)
+        for i, x in enumerate(xs[1:], 1):
+            if tuple(x.shape) != shape:
+                raise ValueError(f"Stack: input {i} of shape {tuple(x.shape)} differs from input "
+                                 f"0 of shape {shape}")
+        xp = backend.array_module(xs[0]._data)
+        super().__init__(xp.stack([x._data for x in xs], axis=self.axis), *xs)
+
+    def _back(self, *xs):
+        xp = backend.array_module(self._g)
+        for i, x in enumerate(xs):
+            x.accumulate(xp.take(self._g, i, axis=self.axis))
+
+
+def Split(x, sections, axis=0):
+    """Split x along ``axis`` into a list of GetItem nodes, as ``numpy.split``.
+
+    ``sections`` is a number of equal parts, or the sorted indices where the cuts go.
+    yᵢ = x[…, startᵢ:endᵢ, …];  dx gets each gᵢ back in its slice (through GetItem).
+    """
+    shape = tuple(x.shape)
+    axis = _check_axis("Split", axis, len(shape), shape)
+    n = shape[axis]
+    if isinstance(sections, int):
+        if sections <= 0 or n % sections:
+            raise ValueError(f"Split: cannot split axis {axis} of length {n} of x of shape "
+                             f"{shape} into {sections} equal parts")
+        cuts = list(range(n // sections, n, n // sections))
+    else:
+        cuts = [int(c) for c in sections]
+    bounds = [0] + cuts + [n]
+    lead = (slice(None),) * axis
+    return [GetItem(x, lead + (slice(start, end),)) for start, end in zip(bounds, bounds[1:])]
+
+
+class Flatten(Reshape):
+    """Merge the axes ``start``…``end`` of x into one (``x.flatten()``).
+
+    y = reshape(x, shape[:start] + (Π shape[start:end+1],) + shape[end+1:])
+    dx = reshape(g, x.shape)
+    The default start=1 keeps the first (batch) axis: (B, C, H, W) → (B, C·H·W). Use start=0 for
+    a 1-D result.
+    """
+
+    def __init__(self, x, start=1, end=-1):
+        shape = tuple(x.shape)
+        ndim = len(shape)
+        if not (-ndim <= start < ndim and -ndim <= end < ndim) or start % ndim > end % ndim:
+            raise ValueError(f"Flatten: axes {start}..{end} do not span x of shape {shape}")
+        start, end = start % ndim, end % ndim
+        merged = 1
+        for n in shape[start:end + 1]:
+            merged *= n
+        super().__init__(x, shape[:start] + (merged,) + shape[end + 1:])
+
+
+def _pad_widths(pad_width, ndim, shape):
+    try:
+        widths = numpy.broadcast_to(numpy.asarray(pad_width, dtype=numpy.int64), (ndim, 2))
+    except ValueError:
+        raise ValueError(f"Pad: pad_width {pad_width!r} does not fit x of shape {shape}; give "
+                         "an int, a (before, after) pair or one pair per axis") from None
+    if (widths < 0).any():
+        raise ValueError(f"Pad: pad_width {pad_width!r} has a negative width")
+    return [tuple(int(v) for v in row) for row in widths]
+
+
+class Pad(NetOp):
+    """Pad x with a constant, as ``numpy.pad(x, pad_width, constant_values=value)``.
+
+    y = x surrounded by ``value``: (before, after) elements on each axis
+    dx = g with the padding cut off
+    pad_width: an int, one (before, after) pair for every axis, or one pair per axis.
+    """
+
+    def __init__(self, x, pad_width, value=0.0):
+        shape = tuple(x.shape)
+        self.widths = _pad_widths(pad_width, len(shape), shape)
+        xp = backend.array_module(x._data)
+        super().__init__(xp.pad(x._data, self.widths, constant_values=value), x)
+
+    def _back(self, x):
+        inner = tuple(slice(before, n - after) for (before, after), n in
+                      zip(self.widths, self._g.shape))
+        x.accumulate(self._g[inner])
+
+
+class Broadcast(NetOp):
+    """x repeated along new or size-1 axes up to ``shape``, as ``numpy.broadcast_to``.
+
+    y = broadcast(x, shape)
+    dx = g summed over the broadcast axes
+    """
+
+    def __init__(self, x, shape):
+        shape = tuple(shape)
+        xp = backend.array_module(x._data)
+        try:
+            y = xp.broadcast_to(x._data, shape)
+        except ValueError:
+            raise ValueError(f"Broadcast: cannot broadcast x of shape {tuple(x.shape)} to "
+                             f"{shape}") from None
+        super().__init__(y, x)
+
+    def _back(self, x):
+        x.accumulate(self._g)
+
+
+def _shape_args(shape):
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+
+
+NetVar.__getitem__ = lambda x, index: GetItem(x, index)
+NetVar.flatten = lambda x, start=1, end=-1: Flatten(x, start, end)
+NetVar.expand = lambda x, *shape: Broadcast(x, _shape_args(shape))
+NetVar.broadcast_to = lambda x, shape: Broadcast(x, shape)

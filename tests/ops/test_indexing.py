@@ -1,0 +1,129 @@
+"""Indexing and joins: values equal NumPy's, gradients scatter back (repeated indices add up)."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+INDICES = [
+    (slice(1, 3),),
+    (slice(None, None, -1),),
+    (slice(None), slice(3, 0, -2)),
+    (None, 1),
+    (Ellipsis, 1),
+    (1, 2, 0),
+    (1, slice(None), None),
+    ([0, 0, 2],),
+    (np.array([[1, 0], [1, 1]]),),
+    (slice(None), np.array([3, 3, 0, 3])),
+    (np.array([0, 2, 2]), np.array([1, 1, 1])),
+    (-1,),
+]
+
+
+@pytest.mark.parametrize("index", INDICES, ids=repr)
+def test_getitem_matches_numpy_and_gradchecks(index, rng):
+    x = var64(rng, 3, 4, 2)
+    index = index[0] if len(index) == 1 else index
+    np.testing.assert_array_equal(x[index].data, x.data[index])
+    nn.gradcheck(lambda v: v[index], x)
+
+
+def test_getitem_repeated_indices_accumulate():
+    x = nn.NetVar(np.arange(6.0).reshape(3, 2))
+    x[[0, 0, 1, 0]].back()
+    np.testing.assert_array_equal(x.g, [[3, 3], [1, 1], [0, 0]])
+
+
+def test_getitem_boolean_mask_and_netvar_index(rng):
+    x = var64(rng, 4, 3)
+    mask = x.data > 0
+    np.testing.assert_array_equal(x[mask].data, x.data[mask])
+    nn.gradcheck(lambda v: v[mask], x)
+    x.reset()
+    x[mask].sum().back()
+    np.testing.assert_array_equal(x.g, mask.astype(float))
+    rows = nn.NetVar([2, 2, 0], dtype=int)          # (1, 3) integer node
+    np.testing.assert_array_equal(x[rows].data, x.data[rows.data])
+    nn.gradcheck(lambda v: v[rows], x)
+    assert isinstance(x[1:], nn.GetItem)
+
+
+def test_getitem_errors(rng):
+    x = var64(rng, 3, 4)
+    with pytest.raises(IndexError, match=r"GetItem: cannot index x of shape \(3, 4\)"):
+        x[5]
+    with pytest.raises(IndexError, match="integers or booleans"):
+        x[nn.NetVar([0.0, 1.0])]
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_concat_gradcheck(axis, rng):
+    shapes = {0: [(2, 3), (1, 3), (4, 3)], 1: [(2, 1), (2, 3), (2, 2)], -1: [(2, 1), (2, 3), (2, 2)]}
+    xs = [var64(rng, *s) for s in shapes[axis]]
+    y = nn.Concat(xs, axis)
+    np.testing.assert_array_equal(y.data, np.concatenate([x.data for x in xs], axis))
+    nn.gradcheck(lambda *v: nn.Concat(list(v), axis), *xs)
+
+
+def test_concat_with_constants_and_errors(rng):
+    a = var64(rng, 2, 3)
+    nn.gradcheck(lambda v: nn.Concat([v, np.ones((1, 3)), v], 0), a)
+    with pytest.raises(ValueError, match=r"Concat: input 1 of shape \(2, 2\) does not match "
+                                         r"input 0 of shape \(2, 3\) outside axis 0"):
+        nn.Concat([a, var64(rng, 2, 2)], 0)
+    with pytest.raises(ValueError, match="Concat: axis 2 is out of range"):
+        nn.Concat([a, a], 2)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_stack_gradcheck(axis, rng):
+    xs = [var64(rng, 2, 3) for _ in range(3)]
+    y = nn.Stack(xs, axis)
+    np.testing.assert_array_equal(y.data, np.stack([x.data for x in xs], axis))
+    nn.gradcheck(lambda *v: nn.Stack(list(v), axis), *xs)
+    with pytest.raises(ValueError, match=r"Stack: input 1 of shape \(3, 2\) differs"):
+        nn.Stack([xs[0], var64(rng, 3, 2)])
+
+
+def test_split(rng):
+    x = var64(rng, 6, 4)
+    parts = nn.Split(x, 3)
+    assert [p.shape for p in parts] == [(2, 4)] * 3
+    parts = nn.Split(x, [1, 3], axis=1)
+    for got, want in zip(parts, np.split(x.data, [1, 3], axis=1)):
+        np.testing.assert_array_equal(got.data, want)
+    nn.gradcheck(lambda v: nn.Concat([p * float(i + 1) for i, p in
+                                      enumerate(nn.Split(v, [1, 3], axis=1))], 1), x)
+    with pytest.raises(ValueError, match="Split: cannot split axis 0 of length 6"):
+        nn.Split(x, 4)
+
+
+def test_flatten(rng):
+    x = var64(rng, 2, 3, 2, 2)
+    assert x.flatten().shape == (2, 12)
+    assert nn.Flatten(x, 0).shape == (24,)
+    assert nn.Flatten(x, 1, 2).shape == (2, 6, 2)
+    nn.gradcheck(lambda v: v.flatten() * 2.0, x)
+    with pytest.raises(ValueError, match="Flatten: axes 3..1"):
+        nn.Flatten(x, 3, 1)
+
+
+@pytest.mark.parametrize("pad_width", [1, (1, 2), ((0, 1), (2, 0)), [(3, 3), (0, 0)]])
+def test_pad_gradcheck(pad_width, rng):
+    x = var64(rng, 2, 3)
+    y = nn.Pad(x, pad_width, value=0.5)
+    np.testing.assert_array_equal(y.data, np.pad(x.data, pad_width, constant_values=0.5))
+    nn.gradcheck(lambda v: nn.Pad(v, pad_width), x)
+    with pytest.raises(ValueError, match="Pad: pad_width -1 has a negative width"):
+        nn.Pad(x, -1)
+
+
+@pytest.mark.parametrize("shapes", [((1, 3), (4, 3)), ((3, 1), (2, 3, 5)), ((2, 3), (2, 3))])
+def test_broadcast_gradcheck(shapes, rng):
+    x = var64(rng, *shapes[0])
+    y = x.expand(*shapes[1])
+    np.testing.assert_array_equal(y.data, np.broadcast_to(x.data, shapes[1]))
+    nn.gradcheck(lambda v: nn.Broadcast(v, shapes[1]), x)
+    with pytest.raises(ValueError, match=r"Broadcast: cannot broadcast x of shape"):
+        x.broadcast_to((7, 7, 7))
