@@ -1,3 +1,177 @@
-"""Elementwise math beyond arithmetic: Sqrt, Abs, Clip, Where, Maximum, Minimum, Sin, Cos."""
+"""Elementwise math beyond arithmetic: Sqrt, Abs, Clip, Where, Maximum, Minimum, Sin, Cos.
 
-__all__ = []
+Binary ops broadcast as NumPy does and sum each gradient back to its input's shape.
+Notation: input x (a, b for two inputs), output y, upstream gradient g; [c] is 1 where c holds.
+"""
+
+__all__ = ['Sqrt', 'Abs', 'Clip', 'Where', 'Maximum', 'Minimum', 'Sin', 'Cos']
+from .. import backend
+from ..core import NetOp, NetVar
+from .arithmetic import _elementwise, _nodes
+
+
+class Sqrt(NetOp):
+    """Square root (√0 has an infinite gradient and negative x gives NaN, as NumPy).
+
+    y = √x
+    dx = g / (2y)
+    """
+
+    def __init__(self, x):
+        super().__init__(backend.array_module(x._data).sqrt(x._data), x)
+
+    def _back(self, x):
+        x.accumulate(self._g / (2 * self._data))
+
+
+class Abs(NetOp):
+    """Absolute value (``abs(x)``, ``x.abs()``).
+
+    y = |x|
+    dx = g · sign(x)    (the subgradient 0 at x = 0)
+    """
+
+    def __init__(self, x):
+        super().__init__(backend.array_module(x._data).abs(x._data), x)
+
+    def _back(self, x):
+        x.accumulate(self._g * backend.array_module(x._data).sign(x._data))
+
+
+class Clip(NetOp):
+    """x limited to [lo, hi] (``x.clip(lo, hi)``); either bound may be None.
+
+    y = min(max(x, lo), hi)
+    dx = g · [lo ≤ x ≤ hi]   (0 outside the range; the bounds themselves pass g, as PyTorch's
+         clamp)
+    The bounds are constants: numbers or arrays that broadcast against x.
+    """
+
+    def __init__(self, x, lo=None, hi=None):
+        if lo is None and hi is None:
+            raise ValueError("Clip: give at least one bound (lo or hi)")
+        xp = backend.array_module(x._data)
+        self.lo = None if lo is None else _bound(lo, x, xp)
+        self.hi = None if hi is None else _bound(hi, x, xp)
+        if lo is not None and hi is not None and bool((self.lo > self.hi).any()):
+            raise ValueError(f"Clip: the lower bound {lo} exceeds the upper bound {hi}")
+        y = x._data
+        if lo is not None:
+            y = xp.maximum(y, self.lo)
+        if hi is not None:
+            y = xp.minimum(y, self.hi)
+        super().__init__(y, x)
+
+    def _back(self, x):
+        inside = True
+        if self.lo is not None:
+            inside = x._data >= self.lo
+        if self.hi is not None:
+            inside = inside & (x._data <= self.hi)
+        x.accumulate(self._g * inside)
+
+
+def _bound(value, x, xp):
+    return xp.asarray(value.data if isinstance(value, NetVar) else value, dtype=x._data.dtype)
+
+
+class Where(NetOp):
+    """Choose elementwise between a and b, as ``numpy.where(cond, a, b)``.
+
+    y = a where cond else b
+    da = g · [cond],  db = g · [not cond]   (each summed back to its input's shape)
+    cond is a boolean (or 0/1) array or NetVar and is not differentiated; a and b may be nodes,
+    numbers or arrays, and all three broadcast together.
+    """
+
+    def __init__(self, cond, a, b):
+        a, b = _nodes(a, b)
+        xp = backend.array_module(a._data)
+        cond = cond._data if isinstance(cond, NetVar) else xp.asarray(cond)
+        self.cond = cond if cond.dtype == bool else cond != 0
+        try:
+            y = xp.where(self.cond, a._data, b._data)
+        except ValueError:
+            raise ValueError(f"Where: cannot broadcast cond of shape {tuple(self.cond.shape)}, "
+                             f"a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)}") \
+                from None
+        super().__init__(y, a, b)
+
+    def _back(self, a, b):
+        xp = backend.array_module(self._g)
+        if a.requires_grad:
+            a.accumulate(xp.where(self.cond, self._g, 0))
+        if b.requires_grad:
+            b.accumulate(xp.where(self.cond, 0, self._g))
+
+
+class _Pick(NetOp):
+    """Shared by Maximum and Minimum: the chosen input gets g, ties split it in halves."""
+    pick = None
+
+    def __init__(self, a, b):
+        a, b = _nodes(a, b)
+        xp = backend.array_module(a._data)
+        super().__init__(_elementwise(type(self).__name__, getattr(xp, self.pick), a, b), a, b)
+
+    def _back(self, a, b):
+        dtype = self._g.dtype
+        share = (a._data == self._data).astype(dtype) - 0.5 * (a._data == b._data).astype(dtype)
+        if a.requires_grad:
+            a.accumulate(self._g * share)
+        if b.requires_grad:
+            b.accumulate(self._g * (1 - share))
+
+
+class Maximum(_Pick):
+    """Elementwise larger of two nodes, with broadcasting, as ``numpy.maximum``.
+
+    y = max(a, b)
+    da = g · ([a > b] + ½[a = b]),  db = g · ([b > a] + ½[a = b])   (ties split evenly)
+    """
+    pick = "maximum"
+
+
+class Minimum(_Pick):
+    """Elementwise smaller of two nodes, with broadcasting, as ``numpy.minimum``.
+
+    y = min(a, b)
+    da = g · ([a < b] + ½[a = b]),  db = g · ([b < a] + ½[a = b])   (ties split evenly)
+    """
+    pick = "minimum"
+
+
+class Sin(NetOp):
+    """Sine.
+
+    y = sin x
+    dx = g · cos x
+    """
+
+    def __init__(self, x):
+        super().__init__(backend.array_module(x._data).sin(x._data), x)
+
+    def _back(self, x):
+        x.accumulate(self._g * backend.array_module(x._data).cos(x._data))
+
+
+class Cos(NetOp):
+    """Cosine.
+
+    y = cos x
+    dx = −g · sin x
+    """
+
+    def __init__(self, x):
+        super().__init__(backend.array_module(x._data).cos(x._data), x)
+
+    def _back(self, x):
+        x.accumulate(-self._g * backend.array_module(x._data).sin(x._data))
+
+
+NetVar.sqrt = lambda x: Sqrt(x)
+NetVar.abs = lambda x: Abs(x)
+NetVar.__abs__ = lambda x: Abs(x)
+NetVar.clip = lambda x, lo=None, hi=None: Clip(x, lo, hi)
+NetVar.sin = lambda x: Sin(x)
+NetVar.cos = lambda x: Cos(x)

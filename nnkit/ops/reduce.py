@@ -1,10 +1,10 @@
-"""Reductions: sums and means over axes.
+"""Reductions: sums, means, extremes, log-sum-exp, variance and the L2 norm over axes.
 
 Notation: input x, output y, upstream gradient g; "expand(g)" puts back the reduced axes so
 that g broadcasts against x.
 """
 
-__all__ = ['Sum', 'Mean']
+__all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'ArgMax']
 from .. import backend
 from ..core import NetOp, NetVar
 
@@ -46,7 +46,7 @@ class Sum(NetOp):
         super().__init__(xp.asarray(x._data.sum(axis=self.axes, keepdims=keepdims)), x)
 
     def _back(self, x):
-        x.accumulate(expand_reduced(self._g, self.axes, self.keepdims, x._data.shape))
+        x.accumulate(_spread(self, self._g, x))
 
 
 class Mean(NetOp):
@@ -70,5 +70,147 @@ class Mean(NetOp):
         x.accumulate(expand_reduced(self._g / n, self.axes, self.keepdims, shape))
 
 
+def _count(shape, axes):
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+def _spread(node, a, x):
+    """An array shaped like the reduction ``node``'s output, broadcast back to x's shape."""
+    return expand_reduced(a, node.axes, node.keepdims, x._data.shape)
+
+
+class _Extreme(NetOp):
+    """Shared by Max and Min: the reduction and the tie-splitting backward."""
+    reduce = None
+
+    def __init__(self, x, axis=None, keepdims=False):
+        name = type(self).__name__
+        self.axes = normalize_axis(name, axis, x._data.ndim)
+        if x._data.size == 0:
+            raise ValueError(f"{name}: x of shape {tuple(x.shape)} is empty")
+        self.keepdims = keepdims
+        xp = backend.array_module(x._data)
+        super().__init__(xp.asarray(getattr(x._data, self.reduce)(axis=self.axes,
+                                                                 keepdims=keepdims)), x)
+
+    def _back(self, x):
+        hit = (x._data == _spread(self, self._data, x)).astype(x._data.dtype)
+        share = hit / hit.sum(axis=self.axes, keepdims=True)
+        x.accumulate(share * _spread(self, self._g, x))
+
+
+class Max(_Extreme):
+    """Largest element over ``axis`` (all axes when None), as ``numpy.max`` (``x.max(axis)``).
+
+    y = max_axis x
+    dx = expand(g) · [x = y] / n_ties   (tied maxima split the gradient evenly; a unique
+         maximum gets all of it)
+    """
+    reduce = "max"
+
+
+class Min(_Extreme):
+    """Smallest element over ``axis`` (all axes when None), as ``numpy.min`` (``x.min(axis)``).
+
+    y = min_axis x
+    dx = expand(g) · [x = y] / n_ties   (tied minima split the gradient evenly)
+    """
+    reduce = "min"
+
+
+class LogSumExp(NetOp):
+    """log Σ exp over ``axis`` (all axes when None), computed without overflow.
+
+    y = m + ln Σ_axis e^(x − m),   m = max_axis x (taken as 0 where it is ±inf)
+    dx = expand(g) · e^(x − y)     (the softmax over the reduced axes)
+    """
+
+    def __init__(self, x, axis=None, keepdims=False):
+        self.axes = normalize_axis("LogSumExp", axis, x._data.ndim)
+        self.keepdims = keepdims
+        xp = backend.array_module(x._data)
+        m = x._data.max(axis=self.axes, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)
+        y = xp.log(xp.exp(x._data - m).sum(axis=self.axes, keepdims=True)) + m
+        super().__init__(y if keepdims else y.squeeze(axis=self.axes), x)
+
+    def _back(self, x):
+        xp = backend.array_module(x._data)
+        y = _spread(self, self._data, x)
+        x.accumulate(_spread(self, self._g, x) * xp.exp(x._data - y))
+
+
+class Var(NetOp):
+    """Variance over ``axis`` (all axes when None), as ``numpy.var`` (``ddof=1``: unbiased).
+
+    ``x.var(axis)``; the default ddof=0 divides by n, as NumPy.
+
+    y = Σ_axis (x − x̄)² / (n − ddof),   x̄ = mean_axis x
+    dx = expand(g) · 2 (x − x̄) / (n − ddof)
+    """
+
+    def __init__(self, x, axis=None, keepdims=False, ddof=0):
+        self.axes = normalize_axis("Var", axis, x._data.ndim)
+        self.keepdims = keepdims
+        self.dof = _count(x._data.shape, self.axes) - ddof
+        if self.dof <= 0:
+            raise ValueError(f"Var: {_count(x._data.shape, self.axes)} values over axes "
+                             f"{self.axes} of x of shape {tuple(x.shape)} leave no degrees of "
+                             f"freedom with ddof={ddof}")
+        self.centred = x._data - x._data.mean(axis=self.axes, keepdims=True)
+        y = (self.centred * self.centred).sum(axis=self.axes, keepdims=keepdims) / self.dof
+        super().__init__(backend.array_module(x._data).asarray(y), x)
+
+    def _back(self, x):
+        x.accumulate(_spread(self, self._g, x) * (2 / self.dof) * self.centred)
+
+
+class Norm(NetOp):
+    """Euclidean (L2) norm over ``axis`` (all axes when None) (``x.norm(axis)``).
+
+    y = √(Σ_axis x²)
+    dx = expand(g) · x / y,  and 0 where y = 0 (a safe subgradient: no NaN at x = 0)
+    """
+
+    def __init__(self, x, axis=None, keepdims=False):
+        self.axes = normalize_axis("Norm", axis, x._data.ndim)
+        self.keepdims = keepdims
+        xp = backend.array_module(x._data)
+        super().__init__(xp.sqrt(xp.asarray((x._data * x._data).sum(axis=self.axes,
+                                                                     keepdims=keepdims))), x)
+
+    def _back(self, x):
+        xp = backend.array_module(x._data)
+        y = _spread(self, self._data, x)
+        x.accumulate(_spread(self, self._g, x) * x._data / xp.where(y > 0, y, 1))
+
+
+class ArgMax(NetOp):
+    """Index of the largest element along ``axis`` (of the flattened x when None), as
+    ``numpy.argmax`` (``x.argmax(axis)``).
+
+    y = argmax_axis x   (integer data; not differentiable, so y never needs a gradient)
+    Ties give the first maximum. Usable as an index: ``x[..., y]``, Embedding, losses.
+    """
+
+    def __init__(self, x, axis=None, keepdims=False):
+        if axis is not None:
+            axis = normalize_axis("ArgMax", axis, x._data.ndim)
+            if len(axis) != 1:
+                raise ValueError(f"ArgMax: give one axis, not {axis}")
+            axis = axis[0]
+        xp = backend.array_module(x._data)
+        super().__init__(xp.asarray(x._data.argmax(axis=axis, keepdims=keepdims)))
+
+
+NetVar.max = lambda x, axis=None, keepdims=False: Max(x, axis, keepdims)
+NetVar.min = lambda x, axis=None, keepdims=False: Min(x, axis, keepdims)
+NetVar.logsumexp = lambda x, axis=None, keepdims=False: LogSumExp(x, axis, keepdims)
+NetVar.var = lambda x, axis=None, keepdims=False, ddof=0: Var(x, axis, keepdims, ddof)
+NetVar.norm = lambda x, axis=None, keepdims=False: Norm(x, axis, keepdims)
+NetVar.argmax = lambda x, axis=None, keepdims=False: ArgMax(x, axis, keepdims)
 NetVar.sum = lambda x, axis=None, keepdims=False: Sum(x, axis, keepdims)
 NetVar.mean = lambda x, axis=None, keepdims=False: Mean(x, axis, keepdims)

@@ -21,3 +21,90 @@ def test_methods(rng):
     np.testing.assert_allclose(x.mean().data, x.data.mean())
     with pytest.raises(ValueError, match="Sum: axis 2 is out of range"):
         x.sum(axis=2)
+
+
+REDUCE_CASES = [((3, 4), None, False), ((3, 4), 0, False), ((3, 4), 1, True),
+                ((2, 3, 4), (0, 2), False), ((2, 3, 4), -1, True), ((1, 5), 1, False)]
+
+
+@pytest.mark.parametrize("op,reference", [(nn.Max, np.max), (nn.Min, np.min),
+                                          (nn.Var, np.var), (nn.Norm, None),
+                                          (nn.LogSumExp, None)])
+@pytest.mark.parametrize("shape,axis,keepdims", REDUCE_CASES)
+def test_new_reductions_gradcheck_and_values(op, reference, shape, axis, keepdims, rng):
+    x = var64(rng, *shape)
+    y = op(x, axis, keepdims)
+    if reference is None:
+        reference = {nn.Norm: lambda a, axis, keepdims: np.sqrt((a * a).sum(axis, keepdims=keepdims)),
+                     nn.LogSumExp: lambda a, axis, keepdims: np.log(np.exp(a).sum(axis, keepdims=keepdims))}[op]
+    np.testing.assert_allclose(y.data, reference(x.data, axis=axis, keepdims=keepdims))
+    nn.gradcheck(lambda v: op(v, axis, keepdims), x)
+
+
+def test_max_min_split_ties_evenly():
+    x = nn.NetVar(np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]]))
+    x.max(axis=1).back(np.array([4.0, 8.0]))
+    np.testing.assert_allclose(x.g, [[0, 2, 2, 0], [2, 2, 2, 2]])
+    x.reset()
+    x.min().back()
+    np.testing.assert_allclose(x.g, [[0, 0, 0, 1], [0, 0, 0, 0]])
+    x.reset()
+    nn.Max(x, 0).back(np.array([1.0, 1.0, 1.0, 1.0]))
+    np.testing.assert_allclose(x.g, [[0, 1, 1, 0], [1, 0, 0, 1]])
+
+
+def test_logsumexp_is_stable():
+    x = nn.NetVar(np.array([[1000.0, 1000.0], [-1000.0, -np.inf], [-np.inf, -np.inf]]))
+    with np.errstate(over="raise", divide="ignore"):     # log 0 = −inf for the last row
+        y = nn.LogSumExp(x, axis=1)
+    np.testing.assert_allclose(y.data, [1000 + np.log(2), -1000, -np.inf])
+    nn.LogSumExp(x[:2], axis=1).back()
+    np.testing.assert_allclose(x.g[:2], [[0.5, 0.5], [1, 0]])
+
+
+def test_var_ddof_and_error(rng):
+    x = var64(rng, 4, 3)
+    np.testing.assert_allclose(x.var(0, ddof=1).data, np.var(x.data, 0, ddof=1))
+    nn.gradcheck(lambda v: nn.Var(v, 0, ddof=1), x)
+    with pytest.raises(ValueError, match="Var: 1 values over axes"):
+        nn.Var(var64(rng, 1, 3), 0, ddof=1)
+
+
+def test_norm_gradient_is_zero_at_zero(rng):
+    x = nn.NetVar(np.zeros((2, 3)))
+    x.norm(axis=1).back()
+    np.testing.assert_array_equal(x.g, 0)
+    x = nn.NetVar(np.array([[0.0, 0.0], [3.0, 4.0]]))
+    y = x.norm(1, keepdims=True)
+    np.testing.assert_allclose(y.data, [[0], [5]])
+    y.back()
+    np.testing.assert_allclose(x.g, [[0, 0], [0.6, 0.8]])
+
+
+def test_argmax_is_an_integer_constant(rng):
+    x = var64(rng, 3, 5)
+    i = x.argmax(axis=1)
+    np.testing.assert_array_equal(i.data, x.data.argmax(1))
+    assert i.dtype.kind == "i" and not i.requires_grad
+    assert nn.ArgMax(x).data == x.data.argmax()
+    assert nn.ArgMax(x, -1, keepdims=True).shape == (3, 1)
+    np.testing.assert_array_equal(x[np.arange(3), i].data, x.data.max(1))
+
+
+def test_new_reductions_keep_float32(rng):
+    x = nn.NetVar(rng.standard_normal((3, 4)).astype(np.float32))
+    for op in (nn.Max, nn.Min, nn.LogSumExp, nn.Var, nn.Norm):
+        x.reset()
+        y = op(x, 1)
+        y.back()
+        assert y.dtype == np.float32 and x.g.dtype == np.float32, op.__name__
+
+
+def test_reduction_methods_match_the_ops(rng):
+    x = var64(rng, 3, 4)
+    for method, op in [("max", nn.Max), ("min", nn.Min), ("logsumexp", nn.LogSumExp),
+                       ("var", nn.Var), ("norm", nn.Norm)]:
+        assert isinstance(getattr(x, method)(1), op)
+        np.testing.assert_allclose(getattr(x, method)(1).data, op(x, 1).data)
+    with pytest.raises(ValueError, match="Max: axis 3 is out of range"):
+        x.max(3)

@@ -1,0 +1,98 @@
+"""Elementwise math: gradchecks over broadcast shapes, subgradients and tie rules."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+SHAPES = [(1, 5), (3, 4), (2, 3, 2)]
+BROADCAST_PAIRS = [((3, 4), (3, 4)), ((3, 4), (1, 4)), ((2, 3, 4), (3, 1)), ((1, 4), (3, 1))]
+
+
+@pytest.mark.parametrize("op,reference,positive", [
+    (nn.Sqrt, np.sqrt, True), (nn.Abs, np.abs, False), (nn.Sin, np.sin, False),
+    (nn.Cos, np.cos, False)])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_unary_math_gradcheck(op, reference, positive, shape, rng):
+    x = var64(rng, *shape, positive=positive)
+    np.testing.assert_allclose(op(x).data, reference(x.data))
+    nn.gradcheck(op, x)
+
+
+def test_abs_subgradient_is_zero_at_zero():
+    x = nn.NetVar(np.array([[-2.0, 0.0, 3.0]]))
+    abs(x).back()
+    np.testing.assert_array_equal(x.g, [[-1, 0, 1]])
+    assert isinstance(x.abs(), nn.Abs)
+
+
+@pytest.mark.parametrize("lo,hi", [(-0.5, 0.5), (None, 0.0), (0.0, None), (-1.0, 1.0)])
+def test_clip(lo, hi, rng):
+    x = var64(rng, 4, 5)
+    y = x.clip(lo, hi)
+    np.testing.assert_array_equal(y.data, np.clip(x.data, lo, hi))
+    nn.gradcheck(lambda v: nn.Clip(v, lo, hi), x)
+    x.reset()
+    y.sum().back()
+    inside = np.ones_like(x.data, dtype=bool)
+    if lo is not None:
+        inside &= x.data >= lo
+    if hi is not None:
+        inside &= x.data <= hi
+    np.testing.assert_array_equal(x.g, inside)
+
+
+def test_clip_with_array_bounds_and_errors(rng):
+    x = var64(rng, 3, 4)
+    lo = np.full((1, 4), -0.2)
+    np.testing.assert_array_equal(nn.Clip(x, lo, 0.3).data, np.clip(x.data, lo, 0.3))
+    with pytest.raises(ValueError, match="Clip: the lower bound 1 exceeds the upper bound 0"):
+        x.clip(1, 0)
+    with pytest.raises(ValueError, match="Clip: give at least one bound"):
+        x.clip()
+
+
+@pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
+def test_where_gradcheck(shapes, rng):
+    a, b = var64(rng, *shapes[0]), var64(rng, *shapes[1])
+    cond = rng.random(np.broadcast_shapes(shapes[0], shapes[1])) > 0.5
+    y = nn.Where(cond, a, b)
+    np.testing.assert_array_equal(y.data, np.where(cond, a.data, b.data))
+    nn.gradcheck(lambda p, q: nn.Where(cond, p, q), a, b)
+    nn.gradcheck(lambda p: nn.Where(nn.NetVar(cond, dtype=bool), p, 0.0), a)
+    with pytest.raises(ValueError, match="Where: cannot broadcast cond of shape"):
+        nn.Where(np.ones((5, 5), dtype=bool), a, b)
+
+
+@pytest.mark.parametrize("op,reference", [(nn.Maximum, np.maximum), (nn.Minimum, np.minimum)])
+@pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
+def test_maximum_minimum_gradcheck(op, reference, shapes, rng):
+    a, b = var64(rng, *shapes[0]), var64(rng, *shapes[1])
+    np.testing.assert_array_equal(op(a, b).data, reference(a.data, b.data))
+    nn.gradcheck(op, a, b)
+    nn.gradcheck(lambda v: op(v, 0.1), a)
+
+
+def test_maximum_ties_split_evenly():
+    a = nn.NetVar(np.array([[1.0, 2.0, 3.0]]))
+    b = nn.NetVar(np.array([[2.0, 2.0, 1.0]]))
+    nn.Maximum(a, b).back()
+    np.testing.assert_array_equal(a.g, [[0, 0.5, 1]])
+    np.testing.assert_array_equal(b.g, [[1, 0.5, 0]])
+    a.reset(), b.reset()
+    nn.Minimum(a, b).back()
+    np.testing.assert_array_equal(a.g, [[1, 0.5, 0]])
+
+
+def test_maximum_matches_pytorch(torch, rng):
+    a = rng.integers(0, 3, size=(4, 5)).astype(float)
+    b = rng.integers(0, 3, size=(1, 5)).astype(float)
+    seed = rng.standard_normal((4, 5))
+    for op, reference in [(nn.Maximum, torch.maximum), (nn.Minimum, torch.minimum)]:
+        x, y = nn.NetVar(a), nn.NetVar(b)
+        op(x, y).back(seed)
+        tx = torch.tensor(a, requires_grad=True)
+        ty = torch.tensor(b, requires_grad=True)
+        reference(tx, ty).backward(torch.tensor(seed))
+        np.testing.assert_allclose(x.g, tx.grad.numpy())
+        np.testing.assert_allclose(y.g, ty.grad.numpy())
