@@ -3,7 +3,8 @@
 Notation: input x, output y, upstream gradient g; [c] is 1 where c holds, else 0.
 """
 
-__all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax']
+__all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
+           'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
 from .. import backend
 from ..core import NetOp, NetVar
 
@@ -97,3 +98,137 @@ NetVar.relu = lambda x: ReLU(x)
 NetVar.sigmoid = lambda x: Sigmoid(x)
 NetVar.tanh = lambda x: Tanh(x)
 NetVar.softmax = lambda x: SoftMax(x)
+
+
+def sigmoid(x, xp):
+    """σ(x) = 1 / (1 + e^−x) of an array, without overflow for any |x|."""
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+class LogSoftmax(NetOp):
+    """Log of the softmax over the last axis, computed stably (no log of a rounded 0).
+
+    y = x − max x − ln Σ e^(x − max x)
+    dx = g − e^y · Σ g    (sums over the last axis)
+    """
+
+    def __init__(self, x):
+        xp = backend.array_module(x._data)
+        shifted = x._data - x._data.max(axis=-1, keepdims=True)
+        super().__init__(shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True)), x)
+
+    def _back(self, x):
+        xp = backend.array_module(self._data)
+        g = self._g
+        x.accumulate(g - xp.exp(self._data) * g.sum(axis=-1, keepdims=True))
+
+
+class ELU(NetOp):
+    """Exponential linear unit with scale α for negative inputs.
+
+    y = x if x > 0 else α · (eˣ − 1)
+    dx = g if x > 0 else g · (y + α)
+    """
+    scale = 1.0
+
+    def __init__(self, x, alpha=1.0):
+        xp = backend.array_module(x._data)
+        self.alpha = alpha
+        negative = alpha * xp.expm1(xp.minimum(x._data, 0))     # no overflow for large x
+        super().__init__(self.scale * xp.where(x._data > 0, x._data, negative), x)
+
+    def _back(self, x):
+        xp = backend.array_module(x._data)
+        g = self._g
+        x.accumulate(xp.where(x._data > 0, g * self.scale,
+                              g * (self._data + self.scale * self.alpha)))
+
+
+class SELU(ELU):
+    """Scaled ELU with the self-normalising constants λ ≈ 1.0507, α ≈ 1.6733.
+
+    y = λ · (x if x > 0 else α · (eˣ − 1))
+    dx = g · λ if x > 0 else g · (y + λα)
+    """
+    scale = 1.0507009873554804934193349852946
+
+    def __init__(self, x):
+        super().__init__(x, alpha=1.6732632423543772848170429916717)
+
+
+class Softplus(NetOp):
+    """Smooth ReLU, computed without overflow for any |x|.
+
+    y = ln(1 + eˣ) = max(x, 0) + ln(1 + e^−|x|)
+    dx = g · σ(x)
+    """
+
+    def __init__(self, x):
+        xp = backend.array_module(x._data)
+        super().__init__(xp.maximum(x._data, 0) + xp.log1p(xp.exp(-xp.abs(x._data))), x)
+
+    def _back(self, x):
+        x.accumulate(self._g * sigmoid(x._data, backend.array_module(x._data)))
+
+
+class GELU(NetOp):
+    """Gaussian error linear unit, tanh approximation (PyTorch's ``gelu(approximate='tanh')``).
+
+    u = √(2/π) · (x + 0.044715 x³),  t = tanh u
+    y = ½ x (1 + t)
+    dx = g · (½ (1 + t) + ½ x (1 − t²) · √(2/π) · (1 + 3 · 0.044715 x²))
+    """
+    c = 0.7978845608028654        # √(2/π)
+    k = 0.044715
+
+    def __init__(self, x):
+        xp = backend.array_module(x._data)
+        xd = x._data
+        self.t = xp.tanh(self.c * (xd + self.k * xd * xd * xd))
+        super().__init__(0.5 * xd * (1 + self.t), x)
+
+    def _back(self, x):
+        xd, t = x._data, self.t
+        du = self.c * (1 + 3 * self.k * xd * xd)
+        x.accumulate(self._g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * du))
+
+
+class SiLU(NetOp):
+    """Sigmoid-weighted linear unit, also called swish (``Swish`` is the same op).
+
+    y = x · σ(x)
+    dx = g · σ(x) · (1 + x · (1 − σ(x)))
+    """
+
+    def __init__(self, x):
+        self.s = sigmoid(x._data, backend.array_module(x._data))
+        super().__init__(x._data * self.s, x)
+
+    def _back(self, x):
+        s = self.s
+        x.accumulate(self._g * (s * (1 + x._data * (1 - s))))
+
+
+Swish = SiLU
+
+
+class HardTanh(NetOp):
+    """x clipped to [lo, hi] (default [−1, 1]), a piecewise-linear tanh.
+
+    y = min(max(x, lo), hi)
+    dx = g · [lo < x < hi]   (0 at and beyond the bounds, as PyTorch's hardtanh)
+    """
+
+    def __init__(self, x, lo=-1.0, hi=1.0):
+        if not lo < hi:
+            raise ValueError(f"HardTanh: lo ({lo}) must be below hi ({hi})")
+        self.lo, self.hi = lo, hi
+        super().__init__(backend.array_module(x._data).clip(x._data, lo, hi), x)
+
+    def _back(self, x):
+        xd = x._data
+        x.accumulate(self._g * ((xd > self.lo) & (xd < self.hi)))
+
+
+NetVar.log_softmax = lambda x: LogSoftmax(x)

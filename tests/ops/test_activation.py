@@ -48,3 +48,67 @@ def test_softmax_uses_the_full_jacobian(rng):
 def test_softmax_large_logits_are_stable():
     y = nn.SoftMax(nn.NetVar(np.array([[1000.0, 1000.0, -1000.0]])))
     np.testing.assert_allclose(y.data, [[0.5, 0.5, 0.0]])
+
+
+NEW_ACTIVATIONS = [nn.LogSoftmax, nn.ELU, nn.SELU, nn.Softplus, nn.GELU, nn.SiLU, nn.HardTanh]
+
+
+@pytest.mark.parametrize("op", NEW_ACTIVATIONS)
+@pytest.mark.parametrize("shape", [(1, 5), (4, 3), (2, 3, 4)])
+def test_new_activation_gradcheck(op, shape, rng):
+    x = var64(rng, *shape)
+    if op is nn.HardTanh:      # keep finite differences away from the kinks at ±1
+        x.data[np.abs(np.abs(x.data) - 1) < 1e-3] += 0.01
+    nn.gradcheck(op, x)
+
+
+def test_activation_options_gradcheck(rng):
+    x = var64(rng, 3, 4)
+    nn.gradcheck(lambda v: nn.ELU(v, alpha=0.5), x)
+    nn.gradcheck(lambda v: nn.HardTanh(v, -0.5, 2.0), x)
+    assert nn.Swish is nn.SiLU
+    with pytest.raises(ValueError, match=r"HardTanh: lo \(1\) must be below hi \(0\)"):
+        nn.HardTanh(x, 1, 0)
+
+
+def test_new_activations_match_pytorch(torch, rng):
+    import torch.nn.functional as F
+    data = rng.standard_normal((4, 6)) * 3
+    data[0, :2] = [1.0, -1.0]           # HardTanh at its bounds
+    seed = rng.standard_normal((4, 6))
+    cases = [(nn.LogSoftmax, lambda t: F.log_softmax(t, dim=-1)),
+             (nn.ELU, F.elu), (lambda v: nn.ELU(v, 0.3), lambda t: F.elu(t, 0.3)),
+             (nn.SELU, F.selu), (nn.Softplus, F.softplus),
+             (nn.GELU, lambda t: F.gelu(t, approximate="tanh")), (nn.SiLU, F.silu),
+             (nn.HardTanh, F.hardtanh),
+             (lambda v: nn.HardTanh(v, -0.5, 2.0), lambda t: F.hardtanh(t, -0.5, 2.0))]
+    for op, reference in cases:
+        x = nn.NetVar(data)
+        y = op(x)
+        y.back(seed)
+        t = torch.tensor(data, requires_grad=True)
+        r = reference(t)
+        r.backward(torch.tensor(seed))
+        np.testing.assert_allclose(y.data, r.detach().numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(x.g, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_softplus_and_log_softmax_are_stable_for_large_inputs():
+    x = nn.NetVar(np.array([[-1000.0, -100.0, 0.0, 100.0, 1000.0]]))
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        s = nn.Softplus(x)
+        ls = nn.LogSoftmax(x)
+        e = nn.ELU(x)
+        (s.sum() + ls.sum() + e.sum() + nn.SiLU(x).sum() + nn.GELU(x).sum()).back()
+    np.testing.assert_allclose(s.data, [[0.0, 3.7200759760208356e-44, np.log(2), 100, 1000]])
+    np.testing.assert_allclose(ls.data, [[-2000, -1100, -1000, -900, 0]])
+    assert np.isfinite(x.g).all()
+
+
+def test_new_activations_keep_float32(rng):
+    x = nn.NetVar(rng.standard_normal((3, 4)).astype(np.float32))
+    for op in NEW_ACTIVATIONS:
+        x.reset()
+        y = op(x)
+        y.back()
+        assert y.dtype == np.float32 and x.g.dtype == np.float32, op.__name__
