@@ -1,3 +1,574 @@
-"""Fused recurrent layers over time-major (T, B, F) sequences."""
+"""Recurrent layers over time-major (T, B, F) sequences: fused ops and per-step cells.
 
-__all__ = []
+The fused ops ``RNN``, ``LSTM`` and ``GRU`` are ONE node each for a whole (ragged) batch of
+sequences: the loop over time runs inside the constructor, and ``_back`` does
+backpropagation through time in one pass. Weights are row-oriented like the rest of nnkit:
+W is (F, k·H) and R is (H, k·H) with the k gates side by side in PyTorch's order, so a PyTorch
+layer converts with ``W = weight_ih_l0.T``, ``R = weight_hh_l0.T`` and
+``b = bias_ih_l0 + bias_hh_l0`` (GRU: ``b = stack([bias_ih_l0, bias_hh_l0])``).
+
+Ragged batches: ``lengths`` (B,) gives each sequence's true length. The batch is sorted by
+length once (longest first), so the sequences still running at step t are the first n_t rows,
+and each step computes on those rows only: padding costs nothing. Past its length a sequence's
+state is frozen and its outputs are zero; ``op.final`` (and ``op.final_c`` for the LSTM) is
+the (B, H) state of each sequence at its own last step, a node usable downstream. Padded steps
+add nothing to any gradient.
+
+The cells ``RNNCell``, ``LSTMCell`` and ``GRUCell`` compute one step from ordinary ops with the
+same weights; an unrolled loop of cells gives the fused op's values and gradients.
+"""
+
+__all__ = ['RNN', 'LSTM', 'GRU', 'RecurrentState', 'RNNCell', 'LSTMCell', 'GRUCell']
+import weakref
+
+import numpy
+
+from .. import backend
+from ..core import NetOp, NetVar, constant
+from .activation import ReLU, Sigmoid, Tanh
+from .arithmetic import Add, Mul, Multiply, Sub
+
+
+# ----------------------------------------------------------------------------- activations
+
+def _sigmoid_(a):
+    """a ← σ(a) in place, as (1 + tanh(a/2)) / 2: no overflow for any a."""
+    a *= 0.5
+    backend.array_module(a).tanh(a, out=a)
+    a *= 0.5
+    a += 0.5
+
+
+def _tanh_(a):
+    backend.array_module(a).tanh(a, out=a)
+
+
+def _relu_(a):
+    backend.array_module(a).maximum(a, 0, out=a)
+
+
+def _linear_(a):
+    pass
+
+
+# f (in place) and f′ written in terms of the output y = f(a)
+_ACTIVATIONS = {
+    'tanh': (_tanh_, lambda y: 1 - y * y),
+    'sigmoid': (_sigmoid_, lambda y: y * (1 - y)),
+    'relu': (_relu_, lambda y: y > 0),
+    'linear': (_linear_, None),
+}
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _shape(array):
+    return tuple(array.shape)
+
+
+def _node(value, op, argument):
+    if value is None or isinstance(value, NetVar):
+        return value
+    if not hasattr(value, "shape"):
+        raise TypeError(f"{op}: {argument} must be a NetVar or an array, got "
+                        f"{type(value).__name__}")
+    return constant(value)
+
+
+def _lengths(op, lengths, T, B):
+    """``lengths`` as a host int64 array (B,), every value in 1..T."""
+    if lengths is None:
+        return numpy.full(B, T, dtype=numpy.int64)
+    if isinstance(lengths, NetVar):
+        lengths = lengths._data
+    values = numpy.asarray(backend.to_cpu(lengths) if hasattr(lengths, "shape") else lengths)
+    if values.size != B or (values.ndim > 1 and max(values.shape) != values.size):
+        raise ValueError(f"{op}: lengths of shape {_shape(values)} must be (B,) = ({B},) for "
+                         f"x with {B} sequences")
+    values = values.reshape(B)
+    if values.dtype.kind not in "iub":
+        if values.dtype.kind != "f" or not numpy.all(values == numpy.round(values)):
+            raise ValueError(f"{op}: lengths must be integers, got {values.dtype} values "
+                             f"{values.tolist()[:8]}")
+    values = values.astype(numpy.int64)
+    if B and (values.min() < 1 or values.max() > T):
+        raise ValueError(f"{op}: lengths must lie in 1..T = 1..{T} (x has shape "
+                         f"(T, B, F) with T = {T}), got min {values.min()} and max "
+                         f"{values.max()}")
+    return values
+
+
+def _check_state(op, argument, state, B, H):
+    if state is not None and (state._data.ndim != 2 or state._data.shape[1] != H
+                              or state._data.shape[0] not in (1, B)):
+        raise ValueError(f"{op}: {argument} of shape {_shape(state._data)} must be (B, H) = "
+                         f"({B}, {H}) or (1, {H})")
+
+
+# ----------------------------------------------------------------------------- fused ops
+
+class _Recurrent(NetOp):
+    """The shared machinery of RNN, LSTM and GRU: validation, sorting and packing the ragged
+    batch, the input projection, the final states and the input-side gradients.
+
+    Packed layout: the valid (t, row) positions in time-major order with the rows sorted by
+    length (longest first), so step t owns the contiguous block
+    ``offsets[t]:offsets[t] + sizes[t]`` and its rows continue the first ``sizes[t]`` rows of
+    step t − 1. Every per-step array (inputs, states, gate values, their gradients) is packed.
+    """
+    gates = 1          # k: W is (F, k·H)
+    states = 1         # 1 (h) or 2 (h, c)
+
+    def __init__(self, x, W, R, b, h0=None, c0=None, lengths=None):
+        op = type(self).__name__
+        x = x if isinstance(x, NetVar) else constant(x)
+        W, R, b = (_node(v, op, name) for v, name in ((W, "W"), (R, "R"), (b, "b")))
+        h0, c0 = _node(h0, op, "h0"), _node(c0, op, "c0")
+        xd, Wd, Rd, bd = x._data, W._data, R._data, b._data
+        xp = backend.array_module(xd)
+        if any(backend.array_module(a) is not xp for a in (Wd, Rd, bd)):
+            backend.check_same_device(op, xd, Wd, Rd, bd)
+        if xd.ndim != 3:
+            raise ValueError(f"{op}: x of shape {_shape(xd)} must be 3-D (T, B, F), time-major")
+        T, B, F = xd.shape
+        k = self.gates
+        if Rd.ndim != 2 or Rd.shape[1] != k * Rd.shape[0]:
+            raise ValueError(f"{op}: R of shape {_shape(Rd)} must be (H, {k}·H)")
+        H = Rd.shape[0]
+        if _shape(Wd) != (F, k * H):
+            raise ValueError(f"{op}: W of shape {_shape(Wd)} must be (F, {k}·H) = ({F}, {k * H}) "
+                             f"for x of shape {_shape(xd)} and R of shape {_shape(Rd)}")
+        if _shape(bd) not in self._bias_shapes(H):
+            expected = " or ".join(str(s) for s in self._bias_shapes(H))
+            raise ValueError(f"{op}: b of shape {_shape(bd)} must be {expected} for H = {H}")
+        _check_state(op, "h0", h0, B, H)
+        _check_state(op, "c0", c0, B, H)
+        lengths = _lengths(op, lengths, T, B)
+
+        # sort once, longest first; sizes[t] sequences are still running at step t
+        order = numpy.argsort(-lengths, kind="stable")
+        sorted_lengths = lengths[order]
+        steps = int(sorted_lengths[0]) if B else 0
+        running = numpy.arange(steps)[:, None] < sorted_lengths[None, :]
+        sizes = running.sum(axis=1)
+        offsets = numpy.concatenate(([0], numpy.cumsum(sizes)))
+        self.dense = B == 0 or int(sorted_lengths[-1]) == T   # no padding: nothing to pack
+        if self.dense:
+            self.rows = None
+            Xp = xd.reshape(T * B, F)
+        else:
+            t, j = numpy.nonzero(running)
+            self.rows = xp.asarray(t * B + order[j])      # packed position -> row of (T·B)
+            Xp = xd.reshape(T * B, F)[self.rows]
+        self.shape3 = (T, B, F, H)
+        self.order = xp.asarray(order)
+        self.sizes, self.offsets = sizes.tolist(), offsets.tolist()
+        self.Xp = Xp
+
+        P = Xp @ Wd                                   # the input projection, all steps at once
+        P += self._input_bias(bd)
+        dtype = P.dtype
+        self.initial = initial = [self._sorted_state(s, B, H, dtype, xp)
+                                  for s in (h0, c0)[:self.states]]
+        packed = self._forward(P, Rd, bd, initial, xp)          # packed outputs (N, H)
+        self.Hp = packed
+
+        # each sequence's final state sits at packed position offsets[L − 1] + (its sorted row)
+        last = offsets[sorted_lengths - 1] + numpy.arange(B)
+        final_position = numpy.empty(B, dtype=numpy.int64)
+        final_position[order] = last
+        self.final_position = xp.asarray(final_position)
+        self._finals = [packed[self.final_position]]
+        if self.states == 2:
+            self._finals.append(self.Cp[self.final_position])
+        self._final_refs = [None] * self.states
+        self._final_g = [None] * self.states
+        self._no_gradient = None
+
+        if self.dense:
+            y = packed.reshape(T, B, H)
+        else:
+            y = xp.zeros((T, B, H), dtype=dtype)
+            y.reshape(T * B, H)[self.rows] = packed
+        parents = (x, W, R, b, h0 if h0 is not None else constant(xp.zeros((1, H), dtype)))
+        if self.states == 2:
+            parents += (c0 if c0 is not None else constant(xp.zeros((1, H), dtype)),)
+        super().__init__(y, *parents)
+
+    # -- pieces a subclass may change
+    def _bias_shapes(self, H):
+        return ((self.gates * H,), (1, self.gates * H))
+
+    def _input_bias(self, bd):
+        return bd.reshape(-1)
+
+    def _sorted_state(self, state, B, H, dtype, xp):
+        if state is None:
+            return xp.zeros((B, H), dtype=dtype)
+        return xp.broadcast_to(state._data, (B, H))[self.order].astype(dtype, copy=False)
+
+    def _previous(self, packed, initial, t, n):
+        """The (n, H) states that step t starts from."""
+        if t == 0:
+            return initial[:n]
+        start = self.offsets[t - 1]
+        return packed[start:start + n]
+
+    def _shifted(self, packed, initial):
+        """The packed states each step starts from (h_{t−1} for every valid position)."""
+        xp = backend.array_module(packed)
+        if self.dense:
+            return xp.concatenate((initial, packed[:len(packed) - len(initial)]))
+        previous = xp.empty_like(packed)
+        for t, n in enumerate(self.sizes):
+            s = self.offsets[t]
+            previous[s:s + n] = self._previous(packed, initial, t, n)
+        return previous
+
+    # -- the final states
+    def _final(self, which):
+        ref = self._final_refs[which]
+        node = ref() if ref is not None else None
+        if node is None:
+            node = RecurrentState(self, which)
+            self._final_refs[which] = weakref.ref(node)
+        return node
+
+    @property
+    def final(self):
+        """The (B, H) hidden state of each sequence at its own last step (a node)."""
+        return self._final(0)
+
+    def _add_final_gradient(self, which, g):
+        old = self._final_g[which]
+        self._final_g[which] = g if old is None else old + g
+        if self._g is None:     # only a final state is used: the outputs' gradient is zero
+            xp = backend.array_module(self._data)
+            self._no_gradient = xp.broadcast_to(xp.zeros((), self._data.dtype), self._data.shape)
+            self.accumulate(self._no_gradient)
+
+    # -- backpropagation through time
+    def _back(self, x, W, R, b, *initial):
+        xp = backend.array_module(self._data)
+        T, B, F, H = self.shape3
+        g = self._g
+        if g is self._no_gradient:
+            G = xp.zeros_like(self.Hp)             # only the final states got a gradient
+        elif self.dense:
+            G = g.reshape(T * B, H).copy()
+        else:
+            G = g.reshape(T * B, H)[self.rows]
+        carries = []
+        for which in range(self.states):
+            gT = self._final_g[which]
+            self._final_g[which] = None
+            carries.append(xp.zeros((B, H), G.dtype) if gT is None
+                           else xp.asarray(gT[self.order], dtype=G.dtype))
+        dA, dAh = self._bptt(G, R._data, carries, xp)
+        # dA: gradient of the input pre-activations (x·W + b); dAh: of the recurrent ones
+        if x.requires_grad:
+            dXp = dA @ W._data.T
+            if self.dense:
+                x.accumulate(dXp.reshape(T, B, F))
+            else:
+                dx = xp.zeros((T * B, F), dtype=dXp.dtype)
+                dx[self.rows] = dXp
+                x.accumulate(dx.reshape(T, B, F))
+        if W.requires_grad:
+            W.accumulate(self.Xp.T @ dA)
+        if b.requires_grad:
+            b.accumulate(self._bias_gradient(dA, dAh).reshape(b._data.shape))
+        if R.requires_grad:
+            R.accumulate(self._shifted(self.Hp, self.initial[0]).T @ dAh)
+        inverse = xp.empty_like(self.order)
+        inverse[self.order] = xp.arange(B)
+        for state, carry in zip(initial, carries):
+            if state.requires_grad:
+                state.accumulate(carry[inverse])
+
+    def _bias_gradient(self, dA, dAh):
+        return dA.sum(axis=0)
+
+
+class RecurrentState(NetOp):
+    """The final state of a fused recurrent op: row b is the state after step lengths[b] − 1.
+
+    y = h_{L_b − 1}[b]  (or c for an LSTM's ``final_c``), shape (B, H)
+    d(op) = g, added to that step's state gradient inside the op's BPTT
+    Get it as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
+    """
+
+    def __init__(self, op, which=0):
+        self.which = which
+        super().__init__(op._finals[which], op)
+
+    def _back(self, op):
+        op._add_final_gradient(self.which, self._g)
+
+
+class RNN(_Recurrent):
+    """Fused simple recurrent layer (Brainstorm's), one node for a whole ragged batch.
+
+    a_t = x_t·W + y_{t−1}·R + b,   y_t = f(a_t),   y_{−1} = h0 (zeros when None)
+    backward (t = L−1 … 0):   dy_t = g_t + da_{t+1}·Rᵀ   (+ g of ``final`` at t = L−1)
+        da_t = dy_t · f′(a_t);  dx_t = da_t·Wᵀ;  dW = Σ_t x_tᵀ·da_t;  dR = Σ_t y_{t−1}ᵀ·da_t;
+        db = Σ_t Σ_rows da_t;  dh0 = da_0·Rᵀ
+    x (T, B, F); W (F, H); R (H, H); b (H,) or (1, H); h0 (B, H) or (1, H); lengths (B,) in 1..T
+    (None: all T). f = ``activation``: 'tanh' (default), 'relu', 'sigmoid' or 'linear'.
+    The node's data is y (T, B, H), zero at t ≥ lengths[b]; ``.final`` is the (B, H) state of
+    each sequence at its own last step. PyTorch ``nn.RNN``: W = weight_ih_l0ᵀ,
+    R = weight_hh_l0ᵀ, b = bias_ih_l0 + bias_hh_l0 (``nonlinearity`` = activation).
+    """
+
+    def __init__(self, x, W, R, b, h0=None, lengths=None, activation='tanh'):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"RNN: activation must be one of {sorted(_ACTIVATIONS)}, got "
+                             f"{activation!r}")
+        self.activation = activation
+        super().__init__(x, W, R, b, h0=h0, lengths=lengths)
+
+    def _forward(self, P, R, b, initial, xp):
+        f = _ACTIVATIONS[self.activation][0]
+        h0 = initial[0]
+        for t, n in enumerate(self.sizes):
+            s = self.offsets[t]
+            a = P[s:s + n]                             # becomes y_t in place
+            a += self._previous(P, h0, t, n) @ R
+            f(a)
+        return P
+
+    def _bptt(self, G, R, carries, xp):
+        derivative = _ACTIVATIONS[self.activation][1]
+        dh = carries[0]
+        RT = R.T
+        Y = self.Hp
+        for t in range(len(self.sizes) - 1, -1, -1):
+            n = self.sizes[t]
+            s = self.offsets[t]
+            da = G[s:s + n]                            # becomes da_t in place
+            da += dh[:n]
+            if derivative is not None:
+                da *= derivative(Y[s:s + n])
+            xp.matmul(da, RT, out=dh[:n])
+        return G, G
+
+
+class LSTM(_Recurrent):
+    """Fused long short-term memory layer, one node for a whole ragged batch.
+
+    [i f g o] = x_t·W + h_{t−1}·R + b   (gates side by side, PyTorch's order)
+    i, f, o = σ(·), g = tanh(·);  c_t = f·c_{t−1} + i·g;  h_t = y_t = o·tanh(c_t)
+    backward (t = L−1 … 0):  dh_t = g_t + dz_{t+1}·Rᵀ;  dc_t = dc_{t+1}·f_{t+1} + dh_t·o·(1 − tanh²c_t)
+        dz = [dc·g·i(1−i), dc·c_{t−1}·f(1−f), dc·i·(1−g²), dh·tanh(c_t)·o(1−o)]
+        dx_t = dz·Wᵀ;  dW = Σ x_tᵀ·dz;  dR = Σ h_{t−1}ᵀ·dz;  db = Σ dz;  dh0 = dz_0·Rᵀ;
+        dc0 = dc_0·f_0
+    x (T, B, F); W (F, 4H); R (H, 4H); b (4H,) or (1, 4H); h0, c0 (B, H) or (1, H); lengths (B,).
+    The node's data is y (T, B, H); ``.final`` and ``.final_c`` are each sequence's h and c at
+    its own last step. PyTorch ``nn.LSTM``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ,
+    b = bias_ih_l0 + bias_hh_l0 (a forget-gate bias of 1 is b[H:2H] = 1).
+    """
+    gates = 4
+    states = 2
+
+    def __init__(self, x, W, R, b, h0=None, c0=None, lengths=None):
+        super().__init__(x, W, R, b, h0=h0, c0=c0, lengths=lengths)
+
+    @property
+    def final_c(self):
+        """The (B, H) cell state of each sequence at its own last step (a node)."""
+        return self._final(1)
+
+    def _forward(self, P, R, b, initial, xp):
+        H = R.shape[0]
+        h0, c0 = initial
+        N = P.shape[0]
+        self.Cp = C = xp.empty((N, H), P.dtype)
+        self.TCp = TC = xp.empty((N, H), P.dtype)
+        Y = xp.empty((N, H), P.dtype)
+        for t, n in enumerate(self.sizes):
+            s = self.offsets[t]
+            z = P[s:s + n]                             # becomes [i f g o] in place
+            z += self._previous(Y, h0, t, n) @ R
+            _sigmoid_(z[:, :2 * H])
+            _tanh_(z[:, 2 * H:3 * H])
+            _sigmoid_(z[:, 3 * H:])
+            c = C[s:s + n]
+            xp.multiply(z[:, H:2 * H], self._previous(C, c0, t, n), out=c)
+            c += z[:, :H] * z[:, 2 * H:3 * H]
+            xp.tanh(c, out=TC[s:s + n])
+            xp.multiply(z[:, 3 * H:], TC[s:s + n], out=Y[s:s + n])
+        self.Zp = P
+        return Y
+
+    def _bptt(self, G, R, carries, xp):
+        H = R.shape[0]
+        dh, dc = carries
+        RT = R.T
+        Z, C, TC = self.Zp, self.Cp, self.TCp
+        c0 = self.initial[1]
+        dZ = xp.empty_like(Z)
+        for t in range(len(self.sizes) - 1, -1, -1):
+            n = self.sizes[t]
+            s = self.offsets[t]
+            z = Z[s:s + n]
+            i, f, g, o = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
+            tc = TC[s:s + n]
+            dht = G[s:s + n]
+            dht += dh[:n]
+            dct = dc[:n]
+            dct += dht * o * (1 - tc * tc)
+            dz = dZ[s:s + n]
+            xp.multiply(dct * g, i * (1 - i), out=dz[:, :H])
+            xp.multiply(dct * self._previous(C, c0, t, n), f * (1 - f), out=dz[:, H:2 * H])
+            xp.multiply(dct * i, 1 - g * g, out=dz[:, 2 * H:3 * H])
+            xp.multiply(dht * tc, o * (1 - o), out=dz[:, 3 * H:])
+            dct *= f
+            xp.matmul(dz, RT, out=dh[:n])
+        return dZ, dZ
+
+
+class GRU(_Recurrent):
+    """Fused gated recurrent unit (PyTorch's convention), one node for a whole ragged batch.
+
+    [a_r a_z a_n] = x_t·W + b_i,   [u_r u_z u_n] = h_{t−1}·R + b_h   (gates r, z, n in order)
+    r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r·u_n),  h_t = y_t = (1 − z)·n + z·h_{t−1}
+    backward (t = L−1 … 0):  dh_t = g_t + (carried from step t+1)
+        dn = dh_t·(1 − z)·(1 − n²);  dz = dh_t·(h_{t−1} − n)·z(1 − z);  dr = dn·u_n·r(1 − r)
+        input side  da = [dr, dz, dn]:    dx_t = da·Wᵀ;  dW = Σ x_tᵀ·da;  db_i = Σ da
+        recurrent   du = [dr, dz, dn·r]:  dR = Σ h_{t−1}ᵀ·du;  db_h = Σ du;
+        carried to step t−1:  dh_t·z + du·Rᵀ  (dh0 at t = 0)
+    x (T, B, F); W (F, 3H); R (H, 3H); b (2, 3H) = [b_i; b_h] (the reset gate scales
+    h_{t−1}·R_n + b_h,n, so the two biases differ); h0 (B, H) or (1, H); lengths (B,).
+    PyTorch ``nn.GRU``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ, b = stack([bias_ih_l0, bias_hh_l0]).
+    """
+    gates = 3
+
+    def __init__(self, x, W, R, b, h0=None, lengths=None):
+        super().__init__(x, W, R, b, h0=h0, lengths=lengths)
+
+    def _bias_shapes(self, H):
+        return ((2, 3 * H),)
+
+    def _input_bias(self, bd):
+        return bd[0]
+
+    def _bias_gradient(self, dA, dAh):
+        return backend.array_module(dA).stack((dA.sum(axis=0), dAh.sum(axis=0)))
+
+    def _forward(self, P, R, b, initial, xp):
+        H = R.shape[0]
+        h0 = initial[0]
+        bh = b[1]
+        N = P.shape[0]
+        self.Un = Un = xp.empty((N, H), P.dtype)      # u_n = h_{t−1}·R_n + b_h,n
+        Y = xp.empty((N, H), P.dtype)
+        for t, n in enumerate(self.sizes):
+            s = self.offsets[t]
+            a = P[s:s + n]                             # becomes [r z n] in place
+            h = self._previous(Y, h0, t, n)
+            u = h @ R
+            u += bh
+            rz = a[:, :2 * H]
+            rz += u[:, :2 * H]
+            _sigmoid_(rz)
+            Un[s:s + n] = u[:, 2 * H:]
+            candidate = a[:, 2 * H:]
+            candidate += a[:, :H] * Un[s:s + n]
+            _tanh_(candidate)
+            y = Y[s:s + n]
+            xp.subtract(h, candidate, out=y)
+            y *= a[:, H:2 * H]
+            y += candidate
+        self.Zp = P
+        return Y
+
+    def _bptt(self, G, R, carries, xp):
+        H = R.shape[0]
+        dh = carries[0]
+        RT = R.T
+        Z, Un, Y = self.Zp, self.Un, self.Hp
+        h0 = self.initial[0]
+        dA = xp.empty_like(Z)
+        dU = xp.empty_like(Z)
+        for t in range(len(self.sizes) - 1, -1, -1):
+            n = self.sizes[t]
+            s = self.offsets[t]
+            z = Z[s:s + n]
+            r, u, c = z[:, :H], z[:, H:2 * H], z[:, 2 * H:]
+            dht = G[s:s + n]
+            dht += dh[:n]
+            da = dA[s:s + n]
+            du = dU[s:s + n]
+            dn = da[:, 2 * H:]
+            xp.multiply(dht * (1 - u), 1 - c * c, out=dn)
+            xp.multiply(dht * (self._previous(Y, h0, t, n) - c), u * (1 - u),
+                        out=da[:, H:2 * H])
+            xp.multiply(dn * Un[s:s + n], r * (1 - r), out=da[:, :H])
+            du[:, :2 * H] = da[:, :2 * H]
+            xp.multiply(dn, r, out=du[:, 2 * H:])
+            carry = du @ RT
+            carry += dht * u
+            dh[:n] = carry
+        return dA, dU
+
+
+# ----------------------------------------------------------------------------- cells
+
+def _columns(node, start, stop):
+    """Columns start:stop of a (B, k·H) node, as a matrix product with a 0/1 selector.
+
+    Exact (each output is one input times 1.0 plus zeros), and built from Multiply only, so a
+    cell stays a graph of ordinary ops.
+    """
+    xp = backend.array_module(node._data)
+    selector = xp.zeros((node._data.shape[-1], stop - start), dtype=node._data.dtype)
+    selector[xp.arange(start, stop), xp.arange(stop - start)] = 1
+    return Multiply(node, constant(selector))
+
+
+def _pre_activation(x, h, W, R, b):
+    return Add(Add(Multiply(x, W), Multiply(h, R)), b)
+
+
+def RNNCell(x, h, W, R, b, activation='tanh'):
+    """One step of ``RNN`` from ordinary ops: y = f(x·W + h·R + b).
+
+    x (B, F), h (B, H), W (F, H), R (H, H), b (H,) or (1, H); returns the (B, H) node y.
+    """
+    a = _pre_activation(x, h, W, R, b)
+    ops = {'tanh': Tanh, 'sigmoid': Sigmoid, 'relu': ReLU, 'linear': None}
+    if activation not in ops:
+        raise ValueError(f"RNNCell: activation must be one of {sorted(ops)}, got {activation!r}")
+    return a if ops[activation] is None else ops[activation](a)
+
+
+def LSTMCell(x, h, c, W, R, b):
+    """One step of ``LSTM`` from ordinary ops; returns the nodes (h_t, c_t).
+
+    [i f g o] = x·W + h·R + b;  c_t = σ(f)·c + σ(i)·tanh(g);  h_t = σ(o)·tanh(c_t)
+    x (B, F), h and c (B, H), W (F, 4H), R (H, 4H), b (4H,) or (1, 4H).
+    """
+    H = R.shape[0]
+    z = _pre_activation(x, h, W, R, b)
+    i, f, g, o = (_columns(z, k * H, (k + 1) * H) for k in range(4))
+    c_new = Add(Mul(Sigmoid(f), c), Mul(Sigmoid(i), Tanh(g)))
+    return Mul(Sigmoid(o), Tanh(c_new)), c_new
+
+
+def GRUCell(x, h, W, R, b):
+    """One step of ``GRU`` from ordinary ops (PyTorch's convention); returns the node h_t.
+
+    [a_r a_z a_n] = x·W + b[0],  [u_r u_z u_n] = h·R + b[1]
+    r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r·u_n),  h_t = n + z·(h − n)
+    x (B, F), h (B, H), W (F, 3H), R (H, 3H), b (2, 3H).
+    """
+    H = R.shape[0]
+    xp = backend.array_module(b._data)
+    rows = [constant(xp.asarray([[1.0, 0.0], [0.0, 1.0]], b._data.dtype)[k:k + 1]) for k in (0, 1)]
+    a = Add(Multiply(x, W), Multiply(rows[0], b))      # (1, 2)·(2, 3H) picks row 0 of b
+    u = Add(Multiply(h, R), Multiply(rows[1], b))
+    r, z, a_n = (Sigmoid(Add(_columns(a, 0, H), _columns(u, 0, H))),
+                 Sigmoid(Add(_columns(a, H, 2 * H), _columns(u, H, 2 * H))),
+                 _columns(a, 2 * H, 3 * H))
+    n = Tanh(Add(a_n, Mul(r, _columns(u, 2 * H, 3 * H))))
+    return Add(n, Mul(z, Sub(h, n)))

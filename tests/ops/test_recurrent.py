@@ -1,0 +1,338 @@
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+T, B, F, H = 5, 4, 2, 3
+RAGGED = [3, 5, 1, 4]          # includes a length-1 and a full-length sequence
+KINDS = ["rnn-tanh", "rnn-relu", "rnn-sigmoid", "rnn-linear", "lstm", "gru"]
+
+
+def params(rng, kind, F=F, H=H):
+    k = {"lstm": 4, "gru": 3}.get(kind, 1)
+    W = var64(rng, F, k * H, name="W")
+    R = var64(rng, H, k * H, name="R")
+    R.data *= 0.5
+    b = var64(rng, 2, 3 * H, name="b") if kind == "gru" else var64(rng, k * H, name="b")
+    return W, R, b
+
+
+def fused(kind, x, W, R, b, h0=None, c0=None, lengths=None):
+    if kind == "lstm":
+        return nn.LSTM(x, W, R, b, h0=h0, c0=c0, lengths=lengths)
+    if kind == "gru":
+        return nn.GRU(x, W, R, b, h0=h0, lengths=lengths)
+    return nn.RNN(x, W, R, b, h0=h0, lengths=lengths, activation=kind.split("-")[1])
+
+
+# ----------------------------------------------------------------------------- gradients
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("lengths", [RAGGED, None, [1, 1, 1, 1]])
+def test_gradcheck_outputs_and_final_states(kind, lengths, rng):
+    x = var64(rng, T, B, F, name="x")
+    W, R, b = params(rng, kind)
+    h0 = var64(rng, B, H, name="h0")
+    c0 = var64(rng, B, H, name="c0") if kind == "lstm" else None
+    states = (h0, c0) if c0 is not None else (h0,)
+
+    def outputs(x, W, R, b, h0, c0=None):
+        return fused(kind, x, W, R, b, h0, c0, lengths)
+
+    def final(x, W, R, b, h0, c0=None):
+        return fused(kind, x, W, R, b, h0, c0, lengths).final
+
+    def both(x, W, R, b, h0, c0=None):    # outputs and final state used together
+        op = fused(kind, x, W, R, b, h0, c0, lengths)
+        total = op.sum() + (op.final * op.final).sum()
+        return total + op.final_c.sum() * 3 if kind == "lstm" else total
+
+    for f in (outputs, final, both):
+        assert nn.gradcheck(f, x, W, R, b, *states)
+    if kind == "lstm":
+        assert nn.gradcheck(lambda *a: fused(kind, *a, lengths).final_c, x, W, R, b, h0, c0)
+
+
+@pytest.mark.parametrize("kind", ["rnn-tanh", "lstm", "gru"])
+def test_gradcheck_broadcast_initial_state(kind, rng):
+    x = var64(rng, 3, B, F)
+    W, R, b = params(rng, kind)
+    h0 = var64(rng, 1, H)          # one initial state shared by every sequence
+    lengths = [2, 3, 1, 3]
+    assert nn.gradcheck(lambda x, W, R, b, h0: fused(kind, x, W, R, b, h0, None, lengths),
+                        x, W, R, b, h0)
+    op = fused(kind, x, W, R, b, h0, None, lengths)
+    tiled = fused(kind, x, W, R, b, nn.NetVar(np.repeat(h0.data, B, axis=0)), None, lengths)
+    np.testing.assert_allclose(op.data, tiled.data, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padding_is_zero_and_ignored(kind, rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, kind)
+    op = fused(kind, x, W, R, b, lengths=RAGGED)
+    mask = np.arange(T)[:, None] < np.array(RAGGED)[None, :]
+    assert np.all(op.data[~mask] == 0)
+    # garbage in the padding changes nothing, and gets no gradient
+    noisy = x.data.copy()
+    noisy[~mask] = 1e3
+    other = fused(kind, nn.NetVar(noisy), W, R, b, lengths=RAGGED)
+    np.testing.assert_array_equal(op.data, other.data)
+    op.back(rng.standard_normal(op.shape))
+    assert np.all(x.g[~mask] == 0) and np.all(x.g[mask] != 0)
+    # the final state is the output at each sequence's own last step
+    last = np.array(RAGGED) - 1
+    np.testing.assert_array_equal(op.final.data, op.data[last, np.arange(B)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ragged_batch_equals_each_sequence_alone(kind, rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, kind)
+    op = fused(kind, x, W, R, b, lengths=RAGGED)
+    for row, length in enumerate(RAGGED):
+        alone = fused(kind, nn.NetVar(x.data[:length, row:row + 1]), W, R, b)
+        np.testing.assert_allclose(op.data[:length, row], alone.data[:, 0], atol=1e-14)
+        np.testing.assert_allclose(op.final.data[row], alone.final.data[0], atol=1e-14)
+
+
+def test_lengths_none_equals_full_lengths_and_float32_is_kept(rng):
+    x = nn.NetVar(rng.standard_normal((T, B, F)).astype(np.float32))
+    W, R, b = (nn.NetVar(p.data.astype(np.float32)) for p in params(rng, "lstm"))
+    dense = nn.LSTM(x, W, R, b)
+    packed = nn.LSTM(x, W, R, b, lengths=np.array([T] * B, dtype=np.int32))
+    assert dense.dtype == np.float32 and dense.final_c.dtype == np.float32
+    np.testing.assert_array_equal(dense.data, packed.data)
+    dense.sum().back()
+    assert W.g.dtype == np.float32
+
+
+def test_final_state_node_is_cached_and_only_final_state_used(rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "rnn-tanh")
+    op = nn.RNN(x, W, R, b, lengths=RAGGED)
+    assert op.final is op.final
+    assert op.final.shape == (B, H) and op.final.parents == (op,)
+    op.final.sum().back()
+    # only positions up to each length reach the final state
+    mask = np.arange(T)[:, None] < np.array(RAGGED)[None, :]
+    assert np.all(x.g[~mask] == 0)
+    # a second backward pass (from the outputs) starts from zero again
+    W.reset()
+    op.sum().back()
+    expected = W.g.copy()
+    W.reset()
+    nn.RNN(x, W, R, b, lengths=RAGGED).sum().back()
+    np.testing.assert_allclose(W.g, expected, atol=1e-14)
+
+
+def test_no_grad_records_nothing(rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "gru")
+    with nn.no_grad():
+        op = nn.GRU(x, W, R, b, lengths=RAGGED)
+    assert not op.requires_grad and op.parents == () and not op.final.requires_grad
+
+
+# ----------------------------------------------------------------------------- PyTorch parity
+
+@pytest.mark.parametrize("kind", ["rnn-tanh", "rnn-relu", "lstm", "gru"])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_matches_pytorch_packed_sequences(kind, with_state, torch, rng):
+    T, B, F, H = 7, 5, 3, 4
+    lengths = np.array([4, 7, 1, 6, 7])
+    x = rng.standard_normal((T, B, F))
+    torch.manual_seed(0)
+    if kind == "lstm":
+        layer = torch.nn.LSTM(F, H)
+    elif kind == "gru":
+        layer = torch.nn.GRU(F, H)
+    else:
+        layer = torch.nn.RNN(F, H, nonlinearity=kind.split("-")[1])
+    layer = layer.double()
+    xt = torch.tensor(x, requires_grad=True)
+    h0 = rng.standard_normal((B, H))
+    c0 = rng.standard_normal((B, H))
+    h0t = torch.tensor(h0[None], requires_grad=True)
+    c0t = torch.tensor(c0[None], requires_grad=True)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(xt, torch.tensor(lengths),
+                                                     enforce_sorted=False)
+    state = ((h0t, c0t) if kind == "lstm" else h0t) if with_state else None
+    out, final = layer(packed, state)
+    yt, _ = torch.nn.utils.rnn.pad_packed_sequence(out, total_length=T)
+    hT, cT = final if kind == "lstm" else (final, None)
+    gy, gh, gc = (rng.standard_normal(s) for s in ((T, B, H), (B, H), (B, H)))
+    loss = (yt * torch.tensor(gy)).sum() + (hT[0] * torch.tensor(gh)).sum()
+    if kind == "lstm":
+        loss = loss + (cT[0] * torch.tensor(gc)).sum()
+    loss.backward()
+
+    W = nn.NetVar(layer.weight_ih_l0.detach().numpy().T.copy())
+    R = nn.NetVar(layer.weight_hh_l0.detach().numpy().T.copy())
+    bi, bh = layer.bias_ih_l0.detach().numpy(), layer.bias_hh_l0.detach().numpy()
+    b = nn.NetVar(np.stack([bi, bh]) if kind == "gru" else bi + bh)
+    X = nn.NetVar(x)
+    H0, C0 = (nn.NetVar(h0), nn.NetVar(c0)) if with_state else (None, None)
+    op = fused(kind, X, W, R, b, H0, C0, lengths)
+    np.testing.assert_allclose(op.data, yt.detach().numpy(), atol=1e-12)
+    np.testing.assert_allclose(op.final.data, hT[0].detach().numpy(), atol=1e-12)
+    total = (op * gy).sum() + (op.final * gh).sum()
+    if kind == "lstm":
+        np.testing.assert_allclose(op.final_c.data, cT[0].detach().numpy(), atol=1e-12)
+        total = total + (op.final_c * gc).sum()
+    total.back()
+    np.testing.assert_allclose(X.g, xt.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(W.g, layer.weight_ih_l0.grad.numpy().T, atol=1e-12)
+    np.testing.assert_allclose(R.g, layer.weight_hh_l0.grad.numpy().T, atol=1e-12)
+    if kind == "gru":
+        db = np.stack([layer.bias_ih_l0.grad.numpy(), layer.bias_hh_l0.grad.numpy()])
+    else:
+        db = layer.bias_ih_l0.grad.numpy()
+    np.testing.assert_allclose(b.g.reshape(db.shape), db, atol=1e-12)
+    if with_state:
+        np.testing.assert_allclose(H0.g, h0t.grad.numpy()[0], atol=1e-12)
+        if kind == "lstm":
+            np.testing.assert_allclose(C0.g, c0t.grad.numpy()[0], atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- cells
+
+def unrolled(kind, xs, W, R, b, h0, c0, lengths):
+    """A loop of cells over a ragged batch: rows past their length keep their state (masking)."""
+    lengths = np.asarray(lengths)
+    h, c = h0, c0
+    outputs = []
+    for t, x_t in enumerate(xs):
+        m = nn.constant((t < lengths)[:, None].astype(np.float64))
+        keep = nn.constant(1.0 - m.data)
+        if kind == "lstm":
+            h_new, c_new = nn.LSTMCell(x_t, h, c, W, R, b)
+            c = m * c_new + keep * c
+        elif kind == "gru":
+            h_new = nn.GRUCell(x_t, h, W, R, b)
+        else:
+            h_new = nn.RNNCell(x_t, h, W, R, b, activation=kind.split("-")[1])
+        h = m * h_new + keep * h
+        outputs.append(m * h_new)
+    return outputs, h, c
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fused_equals_unrolled_cells(kind, rng):
+    lengths = [3, 5, 1, 5]
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, kind)
+    h0 = var64(rng, B, H)
+    c0 = var64(rng, B, H)
+    gy, gh, gc = (rng.standard_normal(s) for s in ((T, B, H), (B, H), (B, H)))
+
+    op = fused(kind, x, W, R, b, h0, c0 if kind == "lstm" else None, lengths)
+    total = (op * gy).sum() + (op.final * gh).sum()
+    if kind == "lstm":
+        total = total + (op.final_c * gc).sum()
+    total.back()
+    fused_grads = [p.g.copy() for p in (x, W, R, b, h0, c0)]
+    for p in (x, W, R, b, h0, c0):
+        p.reset()
+
+    xs = [nn.NetVar(x.data[t]) for t in range(T)]
+    outputs, h, c = unrolled(kind, xs, W, R, b, h0, c0, lengths)
+    total = (h * gh).sum()
+    for t, y_t in enumerate(outputs):
+        np.testing.assert_allclose(y_t.data, op.data[t], rtol=0, atol=1e-10)
+        total = total + (y_t * gy[t]).sum()
+    np.testing.assert_allclose(h.data, op.final.data, rtol=0, atol=1e-10)
+    if kind == "lstm":
+        np.testing.assert_allclose(c.data, op.final_c.data, rtol=0, atol=1e-10)
+        total = total + (c * gc).sum()
+    total.back()
+    np.testing.assert_allclose(np.stack([x_t.g for x_t in xs]), fused_grads[0], rtol=0,
+                               atol=1e-10)
+    for p, expected in zip((W, R, b, h0, c0), fused_grads[1:]):
+        np.testing.assert_allclose(p.g, expected, rtol=0, atol=1e-10)
+    assert np.abs(fused_grads[1]).max() > 0.1     # the comparison is not vacuous
+
+
+@pytest.mark.parametrize("kind", ["rnn-tanh", "lstm", "gru"])
+def test_cells_gradcheck(kind, rng):
+    x, h, c = var64(rng, 2, F), var64(rng, 2, H), var64(rng, 2, H)
+    W, R, b = params(rng, kind)
+    if kind == "lstm":
+        assert nn.gradcheck(lambda *a: nn.LSTMCell(*a)[0] + nn.LSTMCell(*a)[1] * 2,
+                            x, h, c, W, R, b)
+    elif kind == "gru":
+        assert nn.gradcheck(nn.GRUCell, x, h, W, R, b)
+    else:
+        assert nn.gradcheck(nn.RNNCell, x, h, W, R, b)
+
+
+def test_ten_thousand_steps_fused_and_unrolled(rng):
+    steps = 10_000
+    x = var64(rng, steps, 1, 1)
+    W, R, b = params(rng, "rnn-tanh", F=1, H=2)
+    op = nn.RNN(x, W, R, b)
+    op.final.sum().back()
+    fused_grad = W.g.copy()
+    assert np.isfinite(fused_grad).all() and np.abs(fused_grad).max() > 0
+    W.reset()
+    h = nn.constant(np.zeros((1, 2)))
+    for t in range(steps):
+        h = nn.RNNCell(nn.constant(x.data[t]), h, W, R, b)
+    np.testing.assert_allclose(h.data, op.final.data, atol=1e-10)
+    h.sum().back()
+    np.testing.assert_allclose(W.g, fused_grad, atol=1e-8)
+
+
+# ----------------------------------------------------------------------------- truncated BPTT
+
+def test_truncated_bptt_no_gradient_crosses_chunks(rng):
+    x = var64(rng, 2 * T, B, F)
+    W, R, b = params(rng, "lstm")
+    first_x = nn.NetVar(x.data[:T])
+    second_x = nn.NetVar(x.data[T:])
+    first = nn.LSTM(first_x, W, R, b)
+    h0, c0 = first.final.detach(), first.final_c.detach()
+    second = nn.LSTM(second_x, W, R, b, h0=h0, c0=c0)
+    second.sum().back()
+    assert np.all(first_x.g == 0)                    # nothing reached the first chunk
+    carried = W.g.copy()
+    W.reset()
+    alone = nn.LSTM(nn.NetVar(x.data[T:]), W, R, b, h0=nn.constant(h0.data),
+                    c0=nn.constant(c0.data))
+    alone.sum().back()
+    np.testing.assert_array_equal(W.g, carried)
+    # the state itself is carried: the chunks together equal one long sequence
+    whole = nn.LSTM(x, W, R, b)
+    np.testing.assert_allclose(second.data, whole.data[T:], atol=1e-14)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_bad_input_errors_name_op_argument_and_shapes(rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "rnn-tanh")
+    with pytest.raises(ValueError, match=r"RNN: x of shape \(4, 2\) must be 3-D"):
+        nn.RNN(var64(rng, 4, 2), W, R, b)
+    with pytest.raises(ValueError, match=r"RNN: lengths must lie in 1..T = 1..5.*max 6"):
+        nn.RNN(x, W, R, b, lengths=[1, 2, 6, 3])
+    with pytest.raises(ValueError, match=r"RNN: lengths must lie in 1..T.*min 0"):
+        nn.RNN(x, W, R, b, lengths=[0, 2, 5, 3])
+    with pytest.raises(ValueError, match=r"RNN: lengths of shape \(3,\) must be \(B,\) = \(4,\)"):
+        nn.RNN(x, W, R, b, lengths=[1, 2, 3])
+    with pytest.raises(ValueError, match=r"RNN: lengths must be integers"):
+        nn.RNN(x, W, R, b, lengths=[1.5, 2, 3, 3])
+    with pytest.raises(ValueError, match=r"RNN: W of shape \(3, 3\) must be \(F, 1·H\) = \(2, 3\)"):
+        nn.RNN(x, var64(rng, 3, 3), R, b)
+    with pytest.raises(ValueError, match=r"LSTM: R of shape \(3, 3\) must be \(H, 4·H\)"):
+        nn.LSTM(x, var64(rng, F, 12), R, var64(rng, 12))
+    with pytest.raises(ValueError, match=r"RNN: b of shape \(1, 4\) must be \(3,\) or \(1, 3\)"):
+        nn.RNN(x, W, R, var64(rng, 4))
+    with pytest.raises(ValueError, match=r"GRU: b of shape \(1, 9\) must be \(2, 9\)"):
+        nn.GRU(x, var64(rng, F, 9), var64(rng, H, 9), var64(rng, 9))
+    with pytest.raises(ValueError, match=r"RNN: h0 of shape \(2, 3\) must be \(B, H\) = \(4, 3\)"):
+        nn.RNN(x, W, R, b, h0=var64(rng, 2, 3))
+    with pytest.raises(ValueError, match=r"LSTM: c0 of shape \(4, 2\) must be"):
+        nn.LSTM(x, var64(rng, F, 12), var64(rng, H, 12), var64(rng, 12), c0=var64(rng, 4, 2))
+    with pytest.raises(ValueError, match=r"RNN: activation must be one of"):
+        nn.RNN(x, W, R, b, activation="softsign")
