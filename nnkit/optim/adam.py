@@ -14,14 +14,17 @@ class Adam(Optimizer):
     ``momentum`` is β1, ``rms`` is β2; t counts this parameter's updates. With momentum 0 it
     becomes RMSProp (with bias correction).
     """
+    options = ("lr", "momentum", "rms", "eps")
 
-    def __init__(self, params, lr=0.001, momentum=0.9, rms=0.999, eps=1e-8):
-        super().__init__(params, lr)
-        if not 0 <= momentum < 1 or not 0 <= rms < 1:
-            raise ValueError(f"Adam: momentum and rms must be in [0, 1), got {momentum}, {rms}")
+    def __init__(self, params, lr=0.001, momentum=0.9, rms=0.999, eps=1e-8, modifiers=()):
         self.momentum = momentum
         self.rms = rms
         self.eps = eps
+        super().__init__(params, lr, modifiers)
+
+    def _check_options(self, options):
+        super()._check_options(options)
+        self._check_unit_interval(options, "momentum", "rms")
 
     def _update(self, p, g, state):
         xp = backend.array_module(p._data)

@@ -1,6 +1,9 @@
-"""The Optimizer base: a list of parameters, a learning rate and ``step()``."""
+"""The Optimizer base: parameters (in groups), hyperparameters, modifiers and ``step()``."""
 
 __all__ = ['Optimizer']
+import numpy
+
+from .. import backend
 from ..core import NetVar
 
 
@@ -11,21 +14,87 @@ class Optimizer:
     Parameters without a gradient (not reached by the last ``back()``) are left untouched;
     a step in which no parameter has a gradient raises, since that is always a missing
     ``back()``. ``lr`` is the learning rate (``learnRate`` is accepted as an alias).
-    """
 
-    def __init__(self, params, lr):
-        self.params = list(params)
-        for position, p in enumerate(self.params):
+    Parameter groups (the one mechanism for per-parameter options): ``params`` is either
+    a list of NetVars, or a list of dicts ``{"params": [...], option: value, ...}`` whose
+    options override the optimizer's own for those parameters, e.g. no decay on biases::
+
+        AdamW([{"params": weights}, {"params": biases, "weight_decay": 0.0}], lr=1e-3)
+
+    While a group's parameters are updated its options are the optimizer's attributes, so
+    ``_update(p, g, state)`` always reads ``self.lr``, ``self.momentum``, ...
+
+    Modifiers (``modifiers=[...]`` or ``add_modifier``) run inside ``step()`` in this order:
+    every gradient modifier, in the order attached (clipping, decay, freezing), then the
+    update, then every weight modifier, in the order attached (norm constraints).
+
+    ``state_dict()`` / ``load_state_dict()`` save and restore the options and each
+    parameter's state (arrays and plain numbers); the state arrays live on the parameter's
+    device.
+    """
+    options = ("lr",)      # the constructor's hyperparameters, in order
+
+    def __init__(self, params, lr, modifiers=()):
+        """Subclasses set their other options as attributes before calling this."""
+        self.lr = lr
+        self.param_groups = []
+        self.params = []
+        self.state = []
+        self._check_options({key: getattr(self, key) for key in self.options})
+        entries = list(params)
+        if entries and all(isinstance(entry, dict) for entry in entries):
+            for group in entries:
+                self.add_param_group(group)
+        else:
+            self.add_param_group({"params": entries})
+        self.modifiers = []
+        for modifier in modifiers:
+            self.add_modifier(modifier)
+
+    # -- groups and options
+    def add_param_group(self, group):
+        """Add ``{"params": [...], option: value, ...}``: parameters with their own options."""
+        name = type(self).__name__
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"{name}: a parameter group is a dict with a 'params' list, "
+                            f"got {type(group).__name__}")
+        overrides = {key: value for key, value in group.items() if key != "params"}
+        unknown = sorted(set(overrides) - set(self.options))
+        if unknown:
+            raise ValueError(f"{name}: unknown option(s) {unknown} in parameter group "
+                             f"{len(self.param_groups)}; options are {list(self.options)}")
+        self._check_options(overrides)
+        params = list(group["params"])
+        known = {id(p) for p in self.params}
+        for p in params:
+            position = len(self.params)
             if not isinstance(p, NetVar):
-                raise TypeError(f"{type(self).__name__}: parameter {position} is a "
+                raise TypeError(f"{name}: parameter {position} is a "
                                 f"{type(p).__name__}, not a NetVar")
             if p.dtype.kind != "f":
-                raise TypeError(f"{type(self).__name__}: parameter {position} has dtype "
+                raise TypeError(f"{name}: parameter {position} has dtype "
                                 f"{p.dtype}; parameters must be float arrays")
-        if not lr >= 0:
-            raise ValueError(f"{type(self).__name__}: learning rate must be >= 0, got {lr}")
-        self.lr = lr
-        self.state = [dict() for _ in self.params]
+            if id(p) in known:
+                raise ValueError(f"{name}: parameter {position} ({p._describe()}) is listed "
+                                 "twice")
+            known.add(id(p))
+            self.params.append(p)
+            self.state.append({})
+        self.param_groups.append({"params": params, **overrides})
+
+    def _check_options(self, options):
+        """Raise for an option value out of range (subclasses add their own checks)."""
+        for key in ("lr", "eps", "weight_decay"):
+            if key in options and not options[key] >= 0:
+                what = "learning rate" if key == "lr" else key
+                raise ValueError(f"{type(self).__name__}: {what} must be >= 0, "
+                                 f"got {options[key]}")
+
+    def _check_unit_interval(self, options, *names):
+        for key in names:
+            if key in options and not 0 <= options[key] < 1:
+                raise ValueError(f"{type(self).__name__}: {key} must be in [0, 1), "
+                                 f"got {options[key]}")
 
     @property
     def learnRate(self):
@@ -35,20 +104,74 @@ class Optimizer:
     def learnRate(self, value):
         self.lr = value
 
+    # -- modifiers
+    def add_modifier(self, modifier):
+        """Attach a gradient or weight modifier (see ``nnkit.optim.modifiers``); returns it."""
+        if not hasattr(modifier, "modify_gradients") and not hasattr(modifier, "modify_weights"):
+            raise TypeError(f"{type(self).__name__}: {modifier!r} is not a modifier "
+                            "(it has neither modify_gradients nor modify_weights)")
+        self.modifiers.append(modifier)
+        return modifier
+
+    def remove_modifier(self, modifier):
+        self.modifiers.remove(modifier)
+
+    # -- the step
     def step(self):
-        """Update each parameter from its gradient, then reset the gradient."""
-        updated = False
-        for p, state in zip(self.params, self.state):
-            g = p._g
-            if g is None:
-                continue
-            self._update(p, g, state)
+        """Modify the gradients, update each parameter from its gradient, constrain the
+        weights, then reset the gradients."""
+        pending = [(p, state, group) for group, pairs in self._grouped()
+                   for p, state in pairs if p._g is not None]
+        if not pending:
+            if self.params:
+                raise RuntimeError(f"{type(self).__name__}.step(): no parameter has a "
+                                   "gradient; call back() on the loss before step()")
+            return
+        grads = [p._g for p, _, _ in pending]
+        for modifier in self.modifiers:
+            if hasattr(modifier, "modify_gradients"):
+                grads = modifier.modify_gradients([p for p, _, _ in pending], grads)
+        updated = []
+        defaults = current = None
+        try:
+            for (p, state, group), g in zip(pending, grads):
+                p._g = None
+                if g is None:           # a frozen parameter
+                    continue
+                if group is not current:
+                    defaults = self._enter(group, defaults)
+                    current = group
+                self._update(p, g, state)
+                updated.append(p)
+        finally:
+            self._restore(defaults)
+        for modifier in self.modifiers:
+            if hasattr(modifier, "modify_weights"):
+                modifier.modify_weights(updated)
+        for p in updated:
             p.mark_edited()
-            p._g = None
-            updated = True
-        if not updated and self.params:
-            raise RuntimeError(f"{type(self).__name__}.step(): no parameter has a gradient; "
-                               "call back() on the loss before step()")
+
+    def _grouped(self):
+        position = 0
+        for group in self.param_groups:
+            count = len(group["params"])
+            yield group, zip(self.params[position:position + count],
+                             self.state[position:position + count])
+            position += count
+
+    def _enter(self, group, defaults):
+        """Make ``group``'s options the optimizer's attributes; returns the defaults to restore."""
+        self._restore(defaults)
+        overrides = {key: value for key, value in group.items() if key != "params"}
+        if not overrides:
+            return None
+        saved = {key: getattr(self, key) for key in overrides}
+        self.__dict__.update(overrides)
+        return saved
+
+    def _restore(self, defaults):
+        if defaults:
+            self.__dict__.update(defaults)
 
     def reset(self):
         """Forget every parameter's gradient without updating."""
@@ -59,3 +182,57 @@ class Optimizer:
 
     def _update(self, p, g, state):
         raise NotImplementedError
+
+    # -- saving and restoring
+    def state_dict(self):
+        """The optimizer as plain data: its type, options, group options and per-parameter
+        state (arrays, as they are, and JSON-able numbers)."""
+        return {
+            "type": type(self).__name__,
+            "options": {key: getattr(self, key) for key in self.options},
+            "groups": [{key: value for key, value in group.items() if key != "params"}
+                       for group in self.param_groups],
+            "sizes": [len(group["params"]) for group in self.param_groups],
+            "state": [dict(state) for state in self.state],
+        }
+
+    def load_state_dict(self, saved):
+        """Restore what ``state_dict()`` returned (arrays may be NumPy or CuPy); every entry is
+        checked before anything is changed, and a mismatch raises ValueError saying which."""
+        self.check_state_dict(saved)
+        for key, value in saved["options"].items():
+            setattr(self, key, value)
+        for group, options in zip(self.param_groups, saved["groups"]):
+            params = group["params"]
+            group.clear()
+            group.update(params=params, **options)
+        for position, (p, state) in enumerate(zip(self.params, saved["state"])):
+            xp = backend.array_module(p._data)
+            self.state[position] = {
+                key: xp.array(value, dtype=value.dtype) if _is_array(value) else value
+                for key, value in state.items()}
+
+    def check_state_dict(self, saved):
+        """Raise ValueError when ``saved`` does not fit this optimizer's parameters."""
+        name = type(self).__name__
+        if saved.get("type") != name:
+            raise ValueError(f"{name}.load_state_dict: the state is of a {saved.get('type')} "
+                             "optimizer")
+        sizes = [len(group["params"]) for group in self.param_groups]
+        if list(saved.get("sizes", ())) != sizes:
+            raise ValueError(f"{name}.load_state_dict: saved parameter groups have sizes "
+                             f"{saved.get('sizes')}, this optimizer's are {sizes}")
+        for key in saved["options"]:
+            if key not in self.options:
+                raise ValueError(f"{name}.load_state_dict: unknown option '{key}'")
+        for position, (p, state) in enumerate(zip(self.params, saved["state"])):
+            for key, value in state.items():
+                if _is_array(value) and tuple(value.shape) != p.shape:
+                    raise ValueError(f"{name}.load_state_dict: state '{key}' of parameter "
+                                     f"{position} has shape {tuple(value.shape)}, the "
+                                     f"parameter has shape {p.shape}")
+
+
+def _is_array(value):
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(
+        value, numpy.generic)

@@ -1,3 +1,148 @@
-"""Gradient and weight modifiers that attach to an optimizer."""
+"""Gradient and weight modifiers that attach to an optimizer.
 
-__all__ = []
+``opt.add_modifier(ClipGradNorm(5.0))`` or ``GD(params, modifiers=[...])``. Inside
+``opt.step()`` they run in this order:
+
+1. gradient modifiers (``ClipValue``, ``ClipGradNorm``, ``L1Decay``, ``L2Decay``, ``Freeze``),
+   in the order they were attached, on the gradients of the parameters about to be updated;
+2. the optimizer's update;
+3. weight modifiers (``MaxNorm``), in the order they were attached, on the updated weights.
+
+Each modifier takes ``params=``: the parameters it applies to (all of the optimizer's by
+default). A gradient modifier returns new arrays and never edits a gradient in place. A user
+modifier is a class with ``modify_gradients(params, grads) -> grads`` (a list, ``None`` to skip
+a parameter's update) and/or ``modify_weights(params)`` (edits ``p.data`` in place).
+"""
+
+__all__ = ['Modifier', 'ClipValue', 'ClipGradNorm', 'L1Decay', 'L2Decay', 'Freeze', 'MaxNorm']
+import math
+
+from .. import backend
+
+
+class Modifier:
+    """Base: holds the optional ``params`` selection (None: every parameter)."""
+
+    def __init__(self, params=None):
+        self._ids = None if params is None else {id(p) for p in params}
+
+    def applies(self, p):
+        return self._ids is None or id(p) in self._ids
+
+    def __repr__(self):
+        fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items()
+                           if not key.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+def _positive(owner, name, value):
+    if not value > 0:
+        raise ValueError(f"{owner}: {name} must be > 0, got {value}")
+    return value
+
+
+class ClipValue(Modifier):
+    """Clip every gradient element into [−limit, limit]:  g = min(max(g, −limit), limit)."""
+
+    def __init__(self, limit, params=None):
+        super().__init__(params)
+        self.limit = _positive("ClipValue", "limit", limit)
+
+    def modify_gradients(self, params, grads):
+        return [backend.array_module(g).clip(g, -self.limit, self.limit)
+                if g is not None and self.applies(p) else g
+                for p, g in zip(params, grads)]
+
+
+class ClipGradNorm(Modifier):
+    """Rescale the gradients together when their global L2 norm exceeds ``max_norm``.
+
+    n = √(Σ over the selected parameters of Σ g²)
+    g = g · max_norm / (n + 1e-6)   when n > max_norm, otherwise unchanged
+    (as PyTorch's ``clip_grad_norm_``). ``last_norm`` holds n of the latest step, for logging.
+    """
+
+    def __init__(self, max_norm, params=None):
+        super().__init__(params)
+        self.max_norm = _positive("ClipGradNorm", "max_norm", max_norm)
+        self.last_norm = None
+
+    def modify_gradients(self, params, grads):
+        chosen = [i for i, (p, g) in enumerate(zip(params, grads))
+                  if g is not None and self.applies(p)]
+        total = sum(float((grads[i] * grads[i]).sum()) for i in chosen)
+        self.last_norm = norm = math.sqrt(total)
+        if not norm > self.max_norm:
+            return grads
+        scale = self.max_norm / (norm + 1e-6)
+        grads = list(grads)
+        for i in chosen:
+            grads[i] = grads[i] * scale
+        return grads
+
+
+class L2Decay(Modifier):
+    """L2 regularization added to the gradient:  g = g + λ·p  (the gradient of λ·Σp²/2).
+
+    With GD this is classic weight decay; with Adam it is "coupled" decay (prefer ``AdamW``).
+    """
+
+    def __init__(self, rate, params=None):
+        super().__init__(params)
+        self.rate = _positive("L2Decay", "rate", rate)
+
+    def modify_gradients(self, params, grads):
+        return [g + self.rate * p._data if g is not None and self.applies(p) else g
+                for p, g in zip(params, grads)]
+
+
+class L1Decay(Modifier):
+    """L1 regularization added to the gradient:  g = g + λ·sign(p)  (the gradient of λ·Σ|p|)."""
+
+    def __init__(self, rate, params=None):
+        super().__init__(params)
+        self.rate = _positive("L1Decay", "rate", rate)
+
+    def modify_gradients(self, params, grads):
+        return [g + self.rate * backend.array_module(p._data).sign(p._data)
+                if g is not None and self.applies(p) else g
+                for p, g in zip(params, grads)]
+
+
+class Freeze(Modifier):
+    """Keep ``params`` fixed: their gradients are dropped (and reset) instead of applied."""
+
+    def __init__(self, params):
+        super().__init__(params)
+
+    def modify_gradients(self, params, grads):
+        return [None if self.applies(p) else g for p, g in zip(params, grads)]
+
+
+class MaxNorm(Modifier):
+    """Constrain the L2 norm of weight vectors after each update (a weight modifier).
+
+    n = ‖w‖₂ along ``axis``;   w = w · max_norm / n   where n > max_norm
+    In the (in, out) layout ``axis=0`` (the default) constrains each column, i.e. the incoming
+    weights of each output unit; ``axis=1`` constrains each row. By default it applies to the
+    weight matrices only: parameters with at least two rows (biases, shape (1, n), are skipped).
+    """
+
+    def __init__(self, max_norm, axis=0, params=None):
+        super().__init__(params)
+        self.max_norm = _positive("MaxNorm", "max_norm", max_norm)
+        self.axis = axis
+
+    def applies(self, p):
+        if self._ids is None:
+            return p.ndim >= 2 and p.shape[0] > 1
+        return id(p) in self._ids
+
+    def modify_weights(self, params):
+        for p in params:
+            if not self.applies(p):
+                continue
+            xp = backend.array_module(p._data)
+            norms = xp.sqrt((p._data * p._data).sum(axis=self.axis, keepdims=True))
+            p._data *= xp.minimum(1, self.max_norm / xp.maximum(norms, 1e-12)).astype(
+                p._data.dtype)

@@ -1,0 +1,33 @@
+"""Nesterov momentum."""
+
+__all__ = ['Nesterov']
+from .. import backend
+from .base import Optimizer
+
+
+class Nesterov(Optimizer):
+    """Gradient descent with Nesterov momentum (the step looks ahead along the velocity).
+
+    v = μ·v + g
+    p = p − lr·(g + μ·v)
+    ``momentum`` is μ ∈ [0, 1); v starts at zero. This is PyTorch's ``SGD(nesterov=True)``
+    with no dampening.
+    """
+    options = ("lr", "momentum")
+
+    def __init__(self, params, lr=0.01, momentum=0.9, modifiers=()):
+        self.momentum = momentum
+        super().__init__(params, lr, modifiers)
+
+    def _check_options(self, options):
+        super()._check_options(options)
+        self._check_unit_interval(options, "momentum")
+
+    def _update(self, p, g, state):
+        v = state.get("v")
+        if v is None:
+            v = state["v"] = backend.array_module(p._data).zeros_like(p._data)
+        mu = self.momentum
+        v *= mu
+        v += g
+        p._data -= self.lr * (g + mu * v)

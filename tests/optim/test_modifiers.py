@@ -1,0 +1,94 @@
+"""Gradient and weight modifiers, and the order in which step() runs them."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+
+def _param(values):
+    return nn.NetVar(np.array(values, dtype=np.float64))
+
+
+def _step(opt, grads):
+    for p, g in zip(opt.params, grads):
+        p.g = np.array(g, dtype=np.float64)
+    opt.step()
+
+
+def test_clip_value():
+    p = _param([[1.0, 1.0, 1.0]])
+    opt = nn.GD([p], lr=1.0, momentum=0.0, modifiers=[nn.ClipValue(0.5)])
+    _step(opt, [[[2.0, -3.0, 0.25]]])
+    np.testing.assert_allclose(p.data, [[0.5, 1.5, 0.75]])
+
+
+def test_clip_grad_norm_is_global_and_leaves_small_gradients_alone():
+    a, b = _param([[0.0, 0.0]]), _param([[0.0]])
+    clip = nn.ClipGradNorm(1.0)
+    opt = nn.GD([a, b], lr=1.0, momentum=0.0)
+    opt.add_modifier(clip)
+    _step(opt, [[[3.0, 0.0]], [[4.0]]])            # global norm 5
+    assert clip.last_norm == pytest.approx(5.0)
+    np.testing.assert_allclose(a.data, [[-0.6, 0.0]], rtol=1e-5)
+    np.testing.assert_allclose(b.data, [[-0.8]], rtol=1e-5)
+    _step(opt, [[[0.3, 0.0]], [[0.4]]])            # norm 0.5: unchanged
+    np.testing.assert_allclose(b.data, [[-1.2]], rtol=1e-5)
+
+
+def test_clip_grad_norm_matches_pytorch(torch, rng):
+    grads = [rng.standard_normal((3, 4)), rng.standard_normal((1, 4))]
+    ps = [_param(np.zeros_like(g)) for g in grads]
+    opt = nn.GD(ps, lr=1.0, momentum=0.0, modifiers=[nn.ClipGradNorm(0.7)])
+    _step(opt, grads)
+    ts = [torch.zeros(g.shape, dtype=torch.float64, requires_grad=True) for g in grads]
+    for t, g in zip(ts, grads):
+        t.grad = torch.tensor(g)
+    torch.nn.utils.clip_grad_norm_(ts, 0.7)
+    for p, t in zip(ps, ts):
+        np.testing.assert_allclose(-p.data, t.grad.numpy(), rtol=1e-12)
+
+
+def test_decays_are_added_to_the_gradient_of_selected_params():
+    w, b = _param([[2.0, -1.0]]), _param([[3.0]])
+    opt = nn.GD([w, b], lr=1.0, momentum=0.0,
+                modifiers=[nn.L2Decay(0.5, params=[w]), nn.L1Decay(0.1, params=[w])])
+    _step(opt, [[[0.0, 0.0]], [[0.0]]])
+    np.testing.assert_allclose(w.data, [[2.0 - 1.0 - 0.1, -1.0 + 0.5 + 0.1]])
+    np.testing.assert_array_equal(b.data, [[3.0]])
+
+
+def test_freeze_keeps_parameters_and_resets_their_gradient():
+    w, b = _param([[1.0]]), _param([[1.0]])
+    opt = nn.Adam([w, b], lr=0.1, modifiers=[nn.Freeze([w])])
+    _step(opt, [[[1.0]], [[1.0]]])
+    assert w.data[0, 0] == 1.0 and b.data[0, 0] < 1.0
+    assert w._g is None and opt.state[0] == {}
+
+
+def test_max_norm_constrains_columns_after_the_update():
+    w, b = _param([[3.0, 0.1], [4.0, 0.1]]), _param([[10.0, 10.0]])
+    opt = nn.GD([w, b], lr=1.0, momentum=0.0, modifiers=[nn.MaxNorm(1.0)])
+    _step(opt, [[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0]]])
+    np.testing.assert_allclose(w.data, [[0.6, 0.1], [0.8, 0.1]])   # column 0 scaled to norm 1
+    np.testing.assert_array_equal(b.data, [[10.0, 10.0]])           # biases skipped
+    rows = nn.GD([w], lr=1.0, momentum=0.0, modifiers=[nn.MaxNorm(0.5, axis=1)])
+    _step(rows, [[[0.0, 0.0], [0.0, 0.0]]])
+    np.testing.assert_allclose(np.linalg.norm(w.data, axis=1), [0.5, 0.5])
+
+
+def test_order_gradient_modifiers_then_update_then_weight_modifiers():
+    w = _param([[0.0, 0.0], [0.0, 0.0]])
+    # clip first (to ±1), then decay adds nothing at w = 0; update moves by -g; MaxNorm last
+    opt = nn.GD([w], lr=1.0, momentum=0.0,
+                modifiers=[nn.MaxNorm(1.0), nn.ClipValue(1.0), nn.L2Decay(1.0)])
+    _step(opt, [[[-5.0, 0.0], [-5.0, 0.0]]])
+    np.testing.assert_allclose(w.data, [[np.sqrt(0.5), 0.0], [np.sqrt(0.5), 0.0]])
+    assert w._version > 0     # the engine sees the edit
+
+
+def test_bad_modifiers_are_rejected():
+    p = _param([[1.0]])
+    with pytest.raises(TypeError, match="is not a modifier"):
+        nn.GD([p], modifiers=[object()])
+    with pytest.raises(ValueError, match="ClipGradNorm: max_norm must be > 0"):
+        nn.ClipGradNorm(0)
