@@ -1,21 +1,50 @@
 """A recorded backward pass: what ``node.back(trace=True)`` returns.
 
-Each step is one op's ``_back``, in execution order: the node, the upstream gradient it
-received, the local rule (from its docstring) and what it added to each parent's gradient.
+Each step is one op's ``_back``, in execution order: the node, the upstream gradient g it
+received, the local rule (the formula lines of its docstring) and what it added to each
+parent's gradient. A Trace prints as text, shows as an HTML table in Jupyter, and draws as a
+sequence of graph pictures (``trace.frames()``, the backward pass one step at a time).
 """
+import html
+
 import numpy
 
 from . import backend
 
+__all__ = ['Trace', 'TraceStep', 'trace_back']
+
 
 def local_rule(op_class):
-    """The formula lines of an op's docstring (everything after its first line)."""
+    """The formula lines (those with an ``=``) of an op's docstring, one per line."""
     doc = (op_class.__doc__ or "").strip().splitlines()
     lines = [line.strip() for line in doc[1:] if line.strip()]
-    return "; ".join(lines) if lines else "(no formula documented)"
+    formulas = [line for line in lines if "=" in line]
+    return "\n".join(formulas or lines) or "(no formula documented)"
+
+
+def preview(array, threshold=6, precision=4, one_line=True):
+    """A text picture of an array: all of it when small, its corners otherwise."""
+    if array is None:
+        return "-"
+    text = numpy.array2string(numpy.asarray(backend.to_cpu(array)), precision=precision,
+                              threshold=threshold, edgeitems=2, separator=", ",
+                              suppress_small=True)
+    return " ".join(text.split()) if one_line else text
+
+
+def describe(node):
+    """``Multiply #12`` or ``NetVar 'w1' #3``: the node's kind, name and creation index."""
+    name = f" '{node.name}'" if node.name else ""
+    return f"{type(node).__name__}{name} #{node.index}"
 
 
 class TraceStep:
+    """One step of a backward pass: ``node._back`` ran with upstream gradient ``upstream``.
+
+    ``added[i]`` is what it added to the gradient of ``node.parents[i]`` (None for an input
+    that needs no gradient; an input used twice, as in ``x * x``, shows the total added to it
+    at each of its positions).
+    """
     __slots__ = ("node", "upstream", "added")
 
     def __init__(self, node, upstream, added):
@@ -24,33 +53,126 @@ class TraceStep:
         self.added = added
 
     @property
+    def parents(self):
+        return self.node.parents
+
+    @property
     def rule(self):
+        """The op's local rule, from its docstring."""
         return local_rule(type(self.node))
 
-
-def _short(array):
-    if array is None:
-        return "-"
-    text = numpy.array2string(numpy.asarray(backend.to_cpu(array)), precision=4, threshold=6,
-                              edgeitems=2, separator=", ")
-    return " ".join(text.split())
+    def __repr__(self):
+        return f"<TraceStep {describe(self.node)} g={preview(self.upstream)}>"
 
 
 class Trace(list):
-    """The steps of one backward pass, in the order they ran."""
+    """The steps of one backward pass, in the order they ran (children before parents).
+
+    ``str(trace)`` is a text listing, ``trace._repr_html_()`` a table for Jupyter,
+    ``trace.gradients(k)`` the gradients known after step k, ``trace.draw(k)`` the graph
+    with step k highlighted and ``trace.frames()`` every step as a picture.
+    """
 
     def __init__(self, steps=()):
         super().__init__(TraceStep(*s) if isinstance(s, tuple) else s for s in steps)
+
+    @property
+    def root(self):
+        """The node ``back()`` started from (the first step's node), or None when empty."""
+        return self[0].node if self else None
+
+    def gradients(self, step=None):
+        """``{node.index: gradient}`` known once step ``step`` has run (all steps when None).
+
+        The root holds its seed from the start; every other node holds the sum of what the
+        steps so far added to it.
+        """
+        if not self:
+            return {}
+        last = len(self) - 1 if step is None else step
+        if not -len(self) <= last < len(self):
+            raise IndexError(f"Trace: step {step} out of range for a trace of {len(self)} steps")
+        last %= len(self)
+        known = {self.root.index: self[0].upstream}
+        for done in self[:last + 1]:
+            counted = set()
+            for parent, added in zip(done.parents, done.added):
+                if added is None or parent.index in counted:
+                    continue      # an input used twice (x * x) shows its total at each position
+                counted.add(parent.index)
+                old = known.get(parent.index)
+                known[parent.index] = added if old is None else old + added
+        return known
+
+    def draw(self, step, **options):
+        """The graph with ``step`` highlighted (see ``nnkit.draw`` for the options)."""
+        from .viz import draw
+        return draw(self.root, step=step, trace=self, **options)
+
+    def frames(self, **options):
+        """Every step as a graph picture: ``nnkit.viz.Frames`` (a slider in Jupyter)."""
+        from .viz import Frames, draw
+        return Frames([draw(self.root, step=k, trace=self, **options) for k in range(len(self))],
+                      [f"step {k}: {describe(s.node)}" for k, s in enumerate(self)])
 
     def __str__(self):
         lines = []
         for k, step in enumerate(self):
             node = step.node
-            lines.append(f"step {k}: {type(node).__name__} #{node.index} "
-                         f"shape={tuple(node.shape)}")
-            lines.append(f"    upstream g = {_short(step.upstream)}")
-            lines.append(f"    rule: {step.rule}")
+            lines.append(f"step {k}: {describe(node)} shape={tuple(node.shape)}")
+            lines.append(f"    upstream g = {preview(step.upstream)}")
+            rule = step.rule.splitlines()
+            lines.append(f"    rule: {rule[0]}")
+            lines.extend(f"          {line}" for line in rule[1:])
             for position, (parent, added) in enumerate(zip(node.parents, step.added)):
-                lines.append(f"    -> input {position} ({type(parent).__name__} "
-                             f"#{parent.index}) += {_short(added)}")
+                lines.append(f"    -> input {position} ({describe(parent)}) += {preview(added)}")
         return "\n".join(lines)
+
+    def _repr_html_(self):
+        def pre(text):
+            return f"<pre style='margin:0'>{html.escape(text)}</pre>"
+
+        rows = []
+        for k, step in enumerate(self):
+            node = step.node
+            added = "".join(
+                f"<div>input {position} ({html.escape(describe(parent))}) +=</div>"
+                f"{pre(preview(gradient, threshold=12))}"
+                for position, (parent, gradient) in enumerate(zip(node.parents, step.added)))
+            rows.append(f"<tr><td>{k}</td><td>{html.escape(describe(node))}<br>"
+                        f"{tuple(node.shape)}</td><td>{pre(preview(step.upstream, 12))}</td>"
+                        f"<td>{pre(step.rule)}</td><td>{added}</td></tr>")
+        head = ("<tr><th>step</th><th>node</th><th>upstream g</th><th>local rule</th>"
+                "<th>added to each input</th></tr>")
+        return (f"<table style='text-align:left'>{head}{''.join(rows)}</table>"
+                if rows else "<p>(empty trace: the root is a leaf)</p>")
+
+
+def trace_back(root, g=None):
+    """Record ``root.back(g)`` as a Trace, leaving every node's gradient as it was.
+
+    The same steps as ``root.back(g, trace=True)``, but leaf gradients do not accumulate and
+    the gradients of a previous ``back()`` stay in place, so pictures can be drawn at any time.
+    """
+    nodes = _reachable(root)
+    saved = [(node, node._g, node._gshared) for node in nodes]
+    for node in nodes:
+        node._g = None
+    try:
+        return root.back(g, trace=True)
+    finally:
+        for node, gradient, shared in saved:
+            node._g = gradient
+            node._gshared = shared
+
+
+def _reachable(root):
+    """Every node ``root`` depends on (itself included), in creation order."""
+    seen = {id(root): root}
+    stack = [root]
+    while stack:
+        for parent in stack.pop().parents:
+            if id(parent) not in seen:
+                seen[id(parent)] = parent
+                stack.append(parent)
+    return sorted(seen.values(), key=lambda node: node.index)
