@@ -1,0 +1,86 @@
+"""Metrics accumulated over minibatches equal the metric over the whole data set."""
+import math
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+SIZES = [7, 3, 10, 1, 9]     # unequal minibatches covering 30 rows
+
+
+def _batches(*arrays, axis=0):
+    start = 0
+    for n in SIZES:
+        yield tuple(np.take(a, range(start, start + n), axis=axis) for a in arrays)
+        start += n
+
+
+def test_accuracy_over_minibatches_equals_full_data(rng):
+    scores, labels = rng.standard_normal((30, 4)), rng.integers(0, 4, 30)
+    metric = nn.Accuracy()
+    for s, t in _batches(scores, labels):
+        metric.update(nn.NetVar(s), t)
+    full = (scores.argmax(1) == labels).mean()
+    assert 0 < full < 1 and metric.value == pytest.approx(full, abs=1e-15)
+    assert metric.count == 30
+
+
+def test_accuracy_accepts_indices_and_one_hot(rng):
+    labels = rng.integers(0, 3, 12)
+    one_hot = np.eye(3)[labels]
+    assert nn.Accuracy().update(labels, labels).value == 1.0
+    assert nn.Accuracy().update(one_hot * 5, one_hot).value == 1.0
+    wrong = np.roll(one_hot, 1, axis=1)
+    assert nn.Accuracy().update(wrong, labels).value == 0.0
+    with pytest.raises(ValueError, match=r"predictions of shape \(12, 3\) do not match targets"):
+        nn.Accuracy().update(one_hot, labels[:5])
+
+
+def test_masked_sequence_metrics_equal_full_data(rng):
+    steps, batch, classes = 5, 30, 4
+    logits = rng.standard_normal((steps, batch, classes))
+    labels = rng.integers(0, classes, (steps, batch))
+    lengths = rng.integers(1, steps + 1, batch)
+    mask = nn.sequence_mask(lengths, steps).astype(np.float64)
+    accuracy, loss = nn.Accuracy(), nn.MeanLoss()
+    for z, t, m in _batches(logits, labels, mask, axis=1):
+        accuracy.update(z, t, mask=m)
+        loss.update(nn.SoftmaxCELoss(nn.NetVar(z), t, mask=m), n=m.sum())
+    valid = mask.astype(bool)
+    expected_acc = (logits.argmax(-1) == labels)[valid].mean()
+    expected_loss = nn.SoftmaxCELoss(nn.NetVar(logits), labels, mask=mask).item()
+    assert accuracy.value == pytest.approx(expected_acc, abs=1e-15)
+    assert loss.value == pytest.approx(expected_loss, rel=1e-12)
+    assert accuracy.count == lengths.sum()
+
+
+def test_mean_loss_weights_by_batch_size(rng):
+    x, t = rng.standard_normal((30, 2)), rng.standard_normal((30, 2))
+    metric = nn.MeanLoss()
+    for xb, tb in _batches(x, t):
+        metric.update(nn.MSELoss(nn.NetVar(xb), tb), n=len(xb))
+    assert metric.value == pytest.approx(nn.MSELoss(nn.NetVar(x), t).item(), rel=1e-12)
+
+
+def test_mse_with_and_without_mask(rng):
+    p, t = rng.standard_normal((4, 30, 3)), rng.standard_normal((4, 30, 3))
+    mask = (rng.random((4, 30)) < 0.6).astype(np.float64)
+    plain, masked = nn.MSE(), nn.MSE()
+    for pb, tb, mb in _batches(p, t, mask, axis=1):
+        plain.update(pb, tb)
+        masked.update(nn.NetVar(pb), tb, mask=mb)
+    assert plain.value == pytest.approx(((p - t) ** 2).mean(), rel=1e-12)
+    expected = nn.MSELoss(nn.NetVar(p), t, mask=mask).item()
+    assert masked.value == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="mask of shape"):
+        nn.MSE().update(p, t, mask=mask[:, :3])
+
+
+def test_reset_and_empty_value():
+    metric = nn.MeanLoss()
+    assert math.isnan(metric.value)
+    metric.update(2.0, n=3).update(np.array([[4.0]]), n=1)
+    assert metric.value == 2.5
+    metric.reset()
+    assert math.isnan(metric.value) and metric.count == 0
