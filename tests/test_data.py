@@ -98,6 +98,6 @@ def test_minibatches_per_step_targets_and_drop_last(rng):
             assert np.all(t[lengths[b]:, b] == 0)
     assert [len(b) for b in nn.minibatches(seqs, batch_size=5)] == [2]     # (x, lengths)
     with pytest.raises(ValueError, match="sequence 2 has 4 steps but its target sequence has 3"):
-        nn.minibatches(seqs, targets[:2] + [np.zeros(3)] + targets[3:]))
+        nn.minibatches(seqs, targets[:2] + [np.zeros(3)] + targets[3:])
     with pytest.raises(ValueError, match="4 targets for 5 sequences"):
         nn.minibatches(seqs, targets[:4])

@@ -358,7 +358,8 @@ class LSTM(_Recurrent):
 
     [i f g o] = x_t·W + h_{t−1}·R + b   (gates side by side, PyTorch's order)
     i, f, o = σ(·), g = tanh(·);  c_t = f·c_{t−1} + i·g;  h_t = y_t = o·tanh(c_t)
-    backward (t = L−1 … 0):  dh_t = g_t + dz_{t+1}·Rᵀ;  dc_t = dc_{t+1}·f_{t+1} + dh_t·o·(1 − tanh²c_t)
+    backward (t = L−1 … 0):  dh_t = g_t + dz_{t+1}·Rᵀ;
+        dc_t = dc_{t+1}·f_{t+1} + dh_t·o·(1 − tanh² c_t)
         dz = [dc·g·i(1−i), dc·c_{t−1}·f(1−f), dc·i·(1−g²), dh·tanh(c_t)·o(1−o)]
         dx_t = dz·Wᵀ;  dW = Σ x_tᵀ·dz;  dR = Σ h_{t−1}ᵀ·dz;  db = Σ dz;  dh0 = dz_0·Rᵀ;
         dc0 = dc_0·f_0
