@@ -1,3 +1,122 @@
-"""Sequence models: embedding -> recurrent op -> affine, in a few lines."""
+"""Sequence models: embedding -> fused recurrent op -> affine, in a few lines."""
 
-__all__ = []
+__all__ = ['SequenceModel', 'recurrent_weights']
+import math
+
+import numpy
+
+from .. import backend
+from ..core import NetVar, constant, get_dtype
+from ..ops import embedding as _embedding
+from ..ops.arithmetic import Add, Multiply
+from ..ops.recurrent import GRU, LSTM, RNN
+
+_GATES = {'rnn': 1, 'lstm': 4, 'gru': 3}
+
+
+def _uniform(generator, limit, shape):
+    return NetVar(generator.uniform(-limit, limit, shape).astype(get_dtype()))
+
+
+def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
+    """Parameters ``(W, R, b)`` for ``RNN``, ``LSTM`` or ``GRU`` (``cell`` = 'rnn', 'lstm', 'gru').
+
+    W (inputs, k·H) and R (H, k·H) uniform in ±1/√H; b zeros, shape (k·H,) — (2, 3H) for the GRU
+    — except the LSTM's forget-gate bias b[H:2H] = ``forget_bias`` (1 by default, so that the
+    cell starts by remembering). ``seed``: None (nnkit's global generator), an int or a
+    Generator.
+    """
+    if cell not in _GATES:
+        raise ValueError(f"recurrent_weights: cell must be one of {sorted(_GATES)}, got {cell!r}")
+    generator = backend.as_generator(seed)
+    k = _GATES[cell]
+    limit = 1 / math.sqrt(hidden)
+    W = _uniform(generator, limit, (inputs, k * hidden))
+    R = _uniform(generator, limit, (hidden, k * hidden))
+    b = numpy.zeros((2, 3 * hidden) if cell == 'gru' else (1, k * hidden), dtype=get_dtype())
+    if cell == 'lstm':
+        b[0, hidden:2 * hidden] = forget_bias
+    return W, R, NetVar(b)
+
+
+class SequenceModel:
+    """(embedding) → recurrent layer → affine: a language model or a sequence classifier.
+
+    ``SequenceModel(inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
+    activation='tanh', seed=None)``
+
+    inputs: the feature size F of (T, B, F) data, or the vocabulary size V when ``embedding``
+    (a dimension D) is given, in which case the model reads (T, B) token ids through a (V, D)
+    table. cell: 'lstm' (forget-gate bias 1), 'gru' or 'rnn' (with ``activation``).
+    per_step=True gives logits (T, B, outputs) at every step (a language model);
+    per_step=False gives (B, outputs) from each sequence's final state (a classifier).
+    ``model(x, lengths=None, state=None)``: ``state`` is the initial state, ``(h0,)`` or
+    ``(h0, c0)`` for an LSTM; after the call ``model.state`` holds the final states as nodes
+    (detach them to carry them into the next chunk: truncated BPTT). ``model.vars`` lists the
+    parameters, like ``FFN.vars``. Initialisation is drawn from ``seed`` (None: nnkit's global
+    generator).
+    """
+
+    def __init__(self, inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
+                 activation='tanh', seed=None):
+        if cell not in _GATES:
+            raise ValueError(f"SequenceModel: cell must be one of {sorted(_GATES)}, got {cell!r}")
+        generator = backend.as_generator(seed)
+        self.cell, self.per_step, self.activation = cell, per_step, activation
+        self.table = None
+        features = inputs
+        if embedding is not None:
+            self.table = NetVar(generator.standard_normal((inputs, embedding)).astype(get_dtype()))
+            features = embedding
+        self.W, self.R, self.b = recurrent_weights(cell, features, hidden, seed=generator)
+        limit = math.sqrt(6.0 / (hidden + outputs))
+        self.Wo = _uniform(generator, limit, (hidden, outputs))
+        self.bo = NetVar(numpy.zeros((1, outputs), dtype=get_dtype()))
+        self.recurrent = None
+        self.output = None
+
+    @property
+    def vars(self):
+        """The trainable parameters: [table,] W, R, b, Wo, bo."""
+        params = [self.W, self.R, self.b, self.Wo, self.bo]
+        return params if self.table is None else [self.table] + params
+
+    @property
+    def state(self):
+        """The final states of the last call, ``(h,)`` or ``(h, c)``: (B, H) nodes."""
+        if self.recurrent is None:
+            raise RuntimeError("SequenceModel.state: call the model on a batch first")
+        if self.cell == 'lstm':
+            return self.recurrent.final, self.recurrent.final_c
+        return (self.recurrent.final,)
+
+    def _inputs(self, x):
+        if self.table is None:
+            return x
+        tokens = x._data if isinstance(x, NetVar) else x
+        if getattr(tokens, "ndim", 0) != 2:
+            raise ValueError(f"SequenceModel: token ids must be (T, B), got shape "
+                             f"{tuple(getattr(tokens, 'shape', ()))}")
+        lookup = getattr(_embedding, "Embedding", None)
+        if lookup is not None:
+            return lookup(tokens, self.table)
+        xp = backend.array_module(self.table._data)         # one-hot rows times the table
+        V = self.table._data.shape[0]
+        one_hot = xp.zeros(tokens.shape + (V,), dtype=self.table._data.dtype)
+        one_hot.reshape(-1, V)[xp.arange(tokens.size), xp.asarray(tokens).reshape(-1)] = 1
+        return Multiply(constant(one_hot), self.table)
+
+    def __call__(self, x, lengths=None, state=None):
+        """Logits (T, B, outputs) with ``per_step``, else (B, outputs)."""
+        x = self._inputs(x)
+        state = tuple(state) if state is not None else ()
+        if self.cell == 'lstm':
+            self.recurrent = LSTM(x, self.W, self.R, self.b, *state, lengths=lengths)
+        elif self.cell == 'gru':
+            self.recurrent = GRU(x, self.W, self.R, self.b, *state, lengths=lengths)
+        else:
+            self.recurrent = RNN(x, self.W, self.R, self.b, *state, lengths=lengths,
+                                 activation=self.activation)
+        hidden = self.recurrent if self.per_step else self.recurrent.final
+        self.output = Add(Multiply(hidden, self.Wo), self.bo)
+        return self.output

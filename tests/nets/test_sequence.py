@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+
+@pytest.fixture
+def float64():
+    saved = nn.get_dtype()
+    nn.set_dtype(np.float64)
+    yield
+    nn.set_dtype(saved)
+
+
+@pytest.mark.parametrize("cell,k", [("lstm", 4), ("gru", 3), ("rnn", 1)])
+def test_vars_shapes_and_seeded_init(cell, k):
+    model = nn.SequenceModel(7, 5, 3, cell=cell, embedding=4, seed=0)
+    table, W, R, b, Wo, bo = model.vars
+    assert table.shape == (7, 4) and W.shape == (4, k * 5) and R.shape == (5, k * 5)
+    assert b.shape == ((2, 15) if cell == "gru" else (1, k * 5))
+    assert Wo.shape == (5, 3) and bo.shape == (1, 3)
+    again = nn.SequenceModel(7, 5, 3, cell=cell, embedding=4, seed=0)
+    for p, q in zip(model.vars, again.vars):
+        np.testing.assert_array_equal(p.data, q.data)
+    other = nn.SequenceModel(7, 5, 3, cell=cell, embedding=4, seed=1)
+    assert not np.array_equal(model.W.data, other.W.data)
+    nn.seed(3)
+    first = nn.SequenceModel(2, 5, 3, cell=cell).W.data
+    nn.seed(3)
+    np.testing.assert_array_equal(nn.SequenceModel(2, 5, 3, cell=cell).W.data, first)
+    assert len(nn.SequenceModel(2, 5, 3, cell=cell).vars) == 5     # no table for features
+
+
+def test_lstm_forget_gate_bias_is_one():
+    W, R, b = nn.recurrent_weights("lstm", 3, 4, seed=0)
+    np.testing.assert_array_equal(b.data, np.r_[np.zeros(4), np.ones(4), np.zeros(8)][None])
+    assert np.abs(W.data).max() <= 0.5 and W.shape == (3, 16) and R.shape == (4, 16)
+    with pytest.raises(ValueError, match="recurrent_weights: cell must be one of"):
+        nn.recurrent_weights("transformer", 3, 4)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+def test_outputs_per_step_and_final(cell, rng, float64):
+    lengths = np.array([3, 5, 1])
+    tokens = rng.integers(0, 6, (5, 3))
+    lm = nn.SequenceModel(6, 4, 6, cell=cell, embedding=3, seed=0)
+    logits = lm(tokens, lengths)
+    assert logits.shape == (5, 3, 6)
+    loss = nn.SoftmaxCELoss(logits, tokens, lengths=lengths)
+    loss.back()
+    assert all(np.abs(p.g).max() > 0 for p in lm.vars)
+    unused = np.setdiff1d(np.arange(6), tokens[np.arange(5)[:, None] < lengths])
+    assert np.all(lm.table.g[unused] == 0)       # padding tokens got no gradient
+
+    classifier = nn.SequenceModel(2, 4, 3, cell=cell, per_step=False, seed=0)
+    x = rng.standard_normal((5, 3, 2))
+    out = classifier(x, lengths)
+    assert out.shape == (3, 3)
+    np.testing.assert_allclose(out.data, classifier.recurrent.final.data @ classifier.Wo.data
+                               + classifier.bo.data)
+    params = classifier.vars
+    assert nn.gradcheck(lambda *p: classifier(x, lengths), *params)
+
+
+def test_state_carries_between_chunks(rng):
+    model = nn.SequenceModel(5, 4, 5, embedding=3, seed=0)
+    tokens = rng.integers(0, 5, (8, 2))
+    whole = model(tokens).data
+    model(tokens[:5])
+    state = tuple(s.detach() for s in model.state)
+    assert len(state) == 2 and not state[0].requires_grad
+    np.testing.assert_allclose(model(tokens[5:], state=state).data, whole[5:], atol=1e-5)
+
+
+def test_training_learns_a_sequence_label(rng):
+    # label: does the sequence contain token 1?  Needs the whole sequence.
+    seqs = [rng.integers(2, 5, rng.integers(2, 9)) for _ in range(64)]
+    for seq in seqs[::2]:
+        seq[rng.integers(len(seq))] = 1
+    labels = np.array([int(1 in s) for s in seqs])
+    model = nn.SequenceModel(5, 8, 2, per_step=False, embedding=4, seed=0)
+    optimizer = nn.Adam(model.vars, lr=0.05)
+    losses = []
+    for epoch in range(15):
+        total = 0.0
+        for x, lengths, t in nn.minibatches(seqs, labels, batch_size=16, seed=epoch):
+            loss = nn.SoftmaxCELoss(model(x, lengths), t)
+            loss.back()
+            optimizer.step()
+            total += loss.item()
+        losses.append(total)
+    assert losses[-1] < 0.3 * losses[0]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="SequenceModel: cell must be one of"):
+        nn.SequenceModel(3, 4, 2, cell="elman")
+    model = nn.SequenceModel(3, 4, 2, embedding=2)
+    with pytest.raises(ValueError, match=r"SequenceModel: token ids must be \(T, B\)"):
+        model(np.zeros((2, 3, 1), dtype=int))
+    with pytest.raises(RuntimeError, match="call the model on a batch first"):
+        nn.SequenceModel(3, 4, 2).state
