@@ -5,11 +5,14 @@ Notation: prediction p (logits z), target t, B = number of rows (for an array of
 it gets a gradient only when it is a NetVar that requires one.
 """
 
-__all__ = ['Loss', 'L1Loss', 'L2Loss', 'HuberLoss', 'CELoss', 'MSELoss', 'SoftmaxCELoss', 'sequence_mask']
+__all__ = ['Loss', 'L1Loss', 'L2Loss', 'HuberLoss', 'CELoss', 'MSELoss', 'SoftmaxCELoss', 'sequence_mask',
+           'SigmoidCELoss', 'NLLLoss', 'KLDivLoss', 'CosineSimilarity']
 import numpy
 
 from .. import backend
 from ..core import NetOp, NetVar, constant
+from .activation import sigmoid
+from .arithmetic import _elementwise, _mul, _nodes
 
 
 class Loss(NetOp):
@@ -207,6 +210,46 @@ class MSELoss(Loss):
             t.accumulate(-dp)
 
 
+def _class_weight(op, weight, C, dtype, xp):
+    """Per-class weights as a (C,) array of ``dtype`` (None stays None)."""
+    if weight is None:
+        return None
+    weight = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
+                        dtype=dtype).reshape(-1)
+    if weight.size != C:
+        raise ValueError(f"{op}: weight has {weight.size} entries for {C} classes")
+    return weight
+
+
+def _index_shares(op, what, td, zd, valid, weight, ignore_index):
+    """Class-index targets over M positions of C classes: (index per position, its share).
+
+    The share of position i is wᵢ / Σ w with wᵢ = weight[tᵢ] · mᵢ · [tᵢ ≠ ignore_index], so a
+    weighted mean is Σ shareᵢ · valueᵢ (PyTorch's weighted mean; 0/0 = NaN when nothing counts).
+    Ignored and masked positions get index 0 and share 0.
+    """
+    xp = backend.array_module(zd)
+    C = zd.shape[-1]
+    M = zd.size // C
+    if td.size != M:
+        raise ValueError(f"{op}: class indices of shape {tuple(td.shape)} do "
+                         f"not match {what} of shape {tuple(zd.shape)}")
+    idx = td.reshape(M).astype(numpy.int64, copy=False)
+    keep = xp.ones(M, dtype=bool) if valid is None else valid
+    if ignore_index is not None:
+        keep = keep & (idx != ignore_index)
+    if xp is numpy:
+        bad = keep & ((idx < 0) | (idx >= C))
+        if bad.any():
+            raise ValueError(f"{op}: class index {int(idx[bad][0])} is out of "
+                             f"range for {C} classes")
+    idx = xp.where(keep, idx, 0)
+    w = keep.astype(zd.dtype)
+    if weight is not None:
+        w = w * weight[idx]
+    return idx, w / w.sum()
+
+
 class SoftmaxCELoss(Loss):
     """Softmax cross-entropy on logits z, equal to PyTorch's ``cross_entropy`` (mean).
 
@@ -238,33 +281,12 @@ class SoftmaxCELoss(Loss):
         logp = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
         valid = _valid_mask("SoftmaxCELoss", lead, mask, lengths, xp)
         valid = None if valid is None else valid.reshape(M)
-        if weight is not None:
-            weight = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
-                                dtype=zd.dtype).reshape(-1)
-            if weight.size != C:
-                raise ValueError(f"SoftmaxCELoss: weight has {weight.size} entries for {C} "
-                                 "classes")
+        weight = _class_weight("SoftmaxCELoss", weight, C, zd.dtype, xp)
         self.indices = td.dtype.kind in "iub"
         if self.indices:
-            if td.size != M:
-                raise ValueError(f"SoftmaxCELoss: class indices of shape {tuple(td.shape)} do "
-                                 f"not match logits of shape {tuple(zd.shape)}")
-            idx = td.reshape(M).astype(numpy.int64, copy=False)
-            keep = xp.ones(M, dtype=bool) if valid is None else valid
-            if ignore_index is not None:
-                keep = keep & (idx != ignore_index)
-            if xp is numpy:
-                bad = keep & ((idx < 0) | (idx >= C))
-                if bad.any():
-                    raise ValueError(f"SoftmaxCELoss: class index {int(idx[bad][0])} is out of "
-                                     f"range for {C} classes")
-            idx = xp.where(keep, idx, 0)
-            w = keep.astype(zd.dtype)
-            if weight is not None:
-                w = w * weight[idx]
-            self.coef = w / w.sum()
-            self.idx = idx
-            picked = logp[xp.arange(M), idx]
+            self.idx, self.coef = _index_shares("SoftmaxCELoss", "logits", td, zd, valid,
+                                                weight, ignore_index)
+            picked = logp[xp.arange(M), self.idx]
             value = -(picked * self.coef).sum()
         else:
             if ignore_index is not None:
@@ -305,3 +327,154 @@ class SoftmaxCELoss(Loss):
             if self.weight is not None:
                 dt = dt * self.weight
             t.accumulate(dt.reshape(t._data.shape))
+
+
+class SigmoidCELoss(Loss):
+    """Binary cross-entropy on logits z against targets t in [0, 1], stable for any |z|.
+
+    Equal to PyTorch's ``binary_cross_entropy_with_logits`` (mean over all N elements).
+    ℓ = max(z, 0) − z·t + ln(1 + e^−|z|)       (= −t·ln σ(z) − (1 − t)·ln(1 − σ(z)))
+    y = Σ w·ℓ / N
+    dz = g · w · (σ(z) − t) / N,  dt = −g · w · z / N
+    ``weight`` (optional) broadcasts against z and rescales each element's term.
+    """
+
+    def __init__(self, z, t, weight=None):
+        t = _target(t, z, "SigmoidCELoss")
+        zd = z._data
+        xp = backend.array_module(zd)
+        self.w = None
+        if weight is not None:
+            self.w = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
+                                dtype=zd.dtype)
+            try:
+                shape = numpy.broadcast_shapes(self.w.shape, zd.shape)
+            except ValueError:
+                shape = None
+            if shape != zd.shape:
+                raise ValueError(f"SigmoidCELoss: weight of shape {tuple(self.w.shape)} does "
+                                 f"not broadcast to logits of shape {tuple(zd.shape)}")
+        loss = xp.maximum(zd, 0) - zd * t._data + xp.log1p(xp.exp(-xp.abs(zd)))
+        if self.w is not None:
+            loss = loss * self.w
+        self.N = max(zd.size, 1)
+        super().__init__(_scalar(loss.sum() / self.N, xp), z, t)
+
+    def _back(self, z, t):
+        xp = backend.array_module(z._data)
+        scale = _upstream(self) / self.N
+        if self.w is not None:
+            scale = scale * self.w
+        if z.requires_grad:
+            z.accumulate(scale * (sigmoid(z._data, xp) - t._data))
+        if t.requires_grad:
+            t.accumulate(-scale * z._data)
+
+
+class NLLLoss(Loss):
+    """Negative log-likelihood of class indices under log-probabilities (after LogSoftmax).
+
+    Equal to PyTorch's ``nll_loss`` (mean) with the class axis last: logp is (N, C) or
+    (T, B, C), t holds class indices (N,) / (T, B).
+    y = −Σᵢ wᵢ · logp[i, tᵢ] / Σᵢ wᵢ,   wᵢ = weight[tᵢ] · mᵢ · [tᵢ ≠ ignore_index]
+    dlogp[i, tᵢ] = −g · wᵢ / Σ w   (0 elsewhere)
+    Options as SoftmaxCELoss: ``weight`` (C,), ``ignore_index`` (PyTorch's default is −100;
+    here None ignores nothing), ``mask`` / ``lengths`` over the positions. When nothing counts
+    the mean is 0/0 = NaN, as in PyTorch.
+    """
+
+    def __init__(self, logp, t, weight=None, ignore_index=None, mask=None, lengths=None):
+        ld = logp._data
+        xp = backend.array_module(ld)
+        if ld.ndim < 1 or ld.shape[-1] == 0:
+            raise ValueError(f"NLLLoss: log-probabilities need a class axis, got shape "
+                             f"{tuple(ld.shape)}")
+        td = t._data if isinstance(t, NetVar) else xp.asarray(t)
+        if td.dtype.kind not in "iu":
+            raise ValueError(f"NLLLoss: targets must be class indices of an integer dtype, got "
+                             f"{td.dtype} (e.g. NetVar(labels, dtype=int))")
+        C = ld.shape[-1]
+        valid = _valid_mask("NLLLoss", ld.shape[:-1], mask, lengths, xp)
+        self.idx, self.coef = _index_shares("NLLLoss", "log-probabilities", td, ld,
+                                            None if valid is None else valid.reshape(-1),
+                                            _class_weight("NLLLoss", weight, C, ld.dtype, xp),
+                                            ignore_index)
+        self.rows = xp.arange(self.idx.size)
+        picked = ld.reshape(-1, C)[self.rows, self.idx]
+        super().__init__(_scalar(-(picked * self.coef).sum(), xp).astype(ld.dtype, copy=False),
+                         logp)
+
+    def _back(self, logp):
+        xp = backend.array_module(logp._data)
+        d = xp.zeros((self.idx.size, logp._data.shape[-1]), dtype=logp._data.dtype)
+        d[self.rows, self.idx] = -_upstream(self) * self.coef
+        logp.accumulate(d.reshape(logp._data.shape))
+
+
+class KLDivLoss(Loss):
+    """Kullback-Leibler divergence KL(p ‖ q) from log-probabilities x = ln q to probabilities p.
+
+    Equal to PyTorch's ``kl_div(x, p, reduction=...)``; the terms with p = 0 count as 0.
+    y = Σ p · (ln p − x) / D,   D = x.shape[0] ("batchmean", the default: the KL per sample),
+        the number of elements ("mean") or 1 ("sum")
+    dx = −g · p / D,  dp = g · (ln p + 1 − x) / D  (0 where p = 0)
+    """
+    reductions = ("batchmean", "mean", "sum")
+
+    def __init__(self, x, p, reduction="batchmean"):
+        if reduction not in self.reductions:
+            raise ValueError(f"KLDivLoss: reduction must be one of {self.reductions}, got "
+                             f"{reduction!r}")
+        p = _target(p, x, "KLDivLoss")
+        xp = backend.array_module(x._data)
+        pd = p._data
+        positive = pd > 0
+        self.logp = xp.where(positive, xp.log(xp.where(positive, pd, 1)), 0)
+        shape = x._data.shape
+        self.D = {"batchmean": shape[0] if shape else 1, "mean": x._data.size, "sum": 1}[reduction]
+        terms = xp.where(positive, pd * (self.logp - x._data), 0)
+        super().__init__(_scalar(terms.sum() / self.D, xp), x, p)
+
+    def _back(self, x, p):
+        scale = _upstream(self) / self.D
+        if x.requires_grad:
+            x.accumulate(-scale * p._data)
+        if p.requires_grad:
+            xp = backend.array_module(p._data)
+            p.accumulate(xp.where(p._data > 0, scale * (self.logp + 1 - x._data), 0))
+
+
+class CosineSimilarity(NetOp):
+    """Cosine of the angle between a and b along ``axis`` (not a loss: one value per vector).
+
+    Equal to PyTorch's ``cosine_similarity(a, b, dim=axis, eps)``; for a loss use e.g.
+    ``1 - CosineSimilarity(a, b).mean()``. a and b broadcast; y drops ``axis``.
+    nₐ = max(‖a‖, eps),  n_b = max(‖b‖, eps)
+    y = Σ_axis a·b / (nₐ · n_b)
+    da = g · (b / (nₐ n_b) − y · a / nₐ² · [‖a‖ > eps]),  db likewise with a and b swapped
+    (below eps the norm is the constant eps, so the gradient is that of y as computed)
+    """
+
+    def __init__(self, a, b, axis=-1, eps=1e-8):
+        a, b = _nodes(a, b)
+        xp = backend.array_module(a._data)
+        product = _elementwise("CosineSimilarity", _mul, a, b)
+        if not -product.ndim <= axis < product.ndim:
+            raise ValueError(f"CosineSimilarity: axis {axis} is out of range for a of shape "
+                             f"{tuple(a.shape)} and b of shape {tuple(b.shape)}")
+        self.axis = axis % product.ndim
+        self.a, self.b = xp.broadcast_arrays(a._data, b._data)
+        self.na = xp.sqrt((self.a * self.a).sum(axis=self.axis, keepdims=True))
+        self.nb = xp.sqrt((self.b * self.b).sum(axis=self.axis, keepdims=True))
+        self.eps = eps
+        self.denominator = xp.maximum(self.na, eps) * xp.maximum(self.nb, eps)
+        self.y = product.sum(axis=self.axis, keepdims=True) / self.denominator
+        super().__init__(self.y.squeeze(axis=self.axis), a, b)
+
+    def _back(self, a, b):
+        xp = backend.array_module(self.y)
+        g = xp.expand_dims(self._g, self.axis)
+        for node, u, v, nu in ((a, self.a, self.b, self.na), (b, self.b, self.a, self.nb)):
+            if node.requires_grad:
+                radial = xp.where(nu > self.eps, self.y / xp.where(nu > 0, nu * nu, 1), 0)
+                node.accumulate(g * (v / self.denominator - radial * u))
