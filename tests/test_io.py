@@ -1,0 +1,261 @@
+"""save/load: round trips, exact resumption, and refusal of bad files without side effects."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+
+def _net(seed=0):
+    nn.seed(seed)
+    return nn.FFN((nn.Multiply, nn.glorot(4, 8)), (nn.Add, nn.zeros(8)), (nn.LReLU, 0.1),
+                  (nn.Multiply, nn.glorot(8, 3)), (nn.Add, nn.zeros(3)))
+
+
+def _data(seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((32, 4)).astype(np.float32), rng.integers(0, 3, 32)
+
+
+def _train(net, opt, steps, start=0):
+    x, y = _data()
+    for step in range(start, start + steps):
+        rows = slice((step * 8) % 32, (step * 8) % 32 + 8)
+        nn.SoftmaxCELoss(net(nn.NetVar(x[rows], requires_grad=False)), y[rows]).back()
+        opt.step()
+
+
+def _snapshot(params):
+    return [p.data.copy() for p in params]
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "model.npz")
+
+
+def test_ffn_round_trip_rebuilds_the_network(path):
+    net = _net()
+    net.topology.insert(3, (nn.Transpose, (1, 0)))
+    net.topology.insert(4, (nn.Transpose, (1, 0)))
+    nn.save(path, net, extra={"epoch": 4, "note": "best"})
+    loaded = nn.load(path)
+    assert loaded.extra == {"epoch": 4, "note": "best"}
+    rebuilt = loaded.model
+    assert [entry[0] for entry in rebuilt.topology] == [entry[0] for entry in net.topology]
+    assert rebuilt.topology[3][1] == (1, 0) and rebuilt.topology[2][1] == 0.1
+    x = nn.NetVar(_data()[0], requires_grad=False)
+    np.testing.assert_array_equal(rebuilt(x).data, net(x).data)
+    assert all(a is not b for a, b in zip(rebuilt.vars, net.vars))
+    assert [p.dtype for p in rebuilt.vars] == [np.float32] * 4
+
+
+def test_loss_target_constants_survive_and_stay_out_of_vars(path):
+    net = nn.FFN((nn.Multiply, nn.rand2(2, 3)), (nn.SoftMax,),
+                 (nn.CELoss, nn.NetVar([0, 0, 1])))
+    nn.save(path, net)
+    rebuilt = nn.load(path).model
+    assert len(rebuilt.vars) == 1
+    np.testing.assert_array_equal(rebuilt.topology[2][1].data, [[0, 0, 1]])
+
+
+def test_save_load_continue_is_bit_identical(path):
+    net, reference = _net(0), _net(0)
+    opt = nn.Adam(net.vars, lr=0.01)
+    reference_opt = nn.Adam(reference.vars, lr=0.01)
+    _train(reference, reference_opt, 10)
+
+    _train(net, opt, 5)
+    schedule = nn.StepLR(opt, 2, gamma=0.5)
+    nn.save(path, net, optimizer=opt, extra={"schedule": schedule.state_dict()})
+
+    resumed = _net(7)                                  # different initial values
+    resumed_opt = nn.Adam(resumed.vars, lr=0.5)
+    checkpoint = nn.load(path, resumed, optimizer=resumed_opt)
+    assert resumed_opt.state[0]["t"] == 5 and checkpoint.extra["schedule"] == {"t": 0}
+    _train(resumed, resumed_opt, 5, start=5)
+    for a, b in zip(resumed.vars, reference.vars):
+        np.testing.assert_array_equal(a.data, b.data)
+    for a, b in zip(resumed_opt.state, reference_opt.state):
+        np.testing.assert_array_equal(a["m"], b["m"])
+        np.testing.assert_array_equal(a["v"], b["v"])
+
+
+def test_lists_and_dicts_of_parameters(path):
+    w, b = nn.rand2(3, 2), nn.zeros(2)
+    nn.save(path, {"w": w, "b": b})
+    params = nn.load(path).model
+    assert sorted(params) == ["b", "w"]
+    np.testing.assert_array_equal(params["w"].data, w.data)
+    other = [nn.rand2(3, 2), nn.rand2(2)]
+    nn.save(path, [w, b])
+    nn.load(path, other)
+    np.testing.assert_array_equal(other[0].data, w.data)
+
+
+def _assert_unchanged(params, before):
+    for p, data in zip(params, before):
+        np.testing.assert_array_equal(p.data, data)
+
+
+def test_mismatched_model_is_refused_and_left_unchanged(path):
+    nn.save(path, _net())
+    wider = nn.FFN((nn.Multiply, nn.glorot(4, 9)), (nn.Add, nn.zeros(9)), (nn.LReLU, 0.1),
+                   (nn.Multiply, nn.glorot(9, 3)), (nn.Add, nn.zeros(3)))
+    before = _snapshot(wider.vars)
+    with pytest.raises(nn.CheckpointError,
+                       match=r"parameter '0.Multiply.1' is float32 \(4, 8\) in the file, "
+                             r"float32 \(4, 9\) in the model"):
+        nn.load(path, wider)
+    _assert_unchanged(wider.vars, before)
+
+    shorter = nn.FFN((nn.Multiply, nn.glorot(4, 8)), (nn.Add, nn.zeros(8)))
+    with pytest.raises(nn.CheckpointError, match=r"in the file but not in the model "
+                                                 r"\['3.Multiply.1', '4.Add.1'\]"):
+        nn.load(path, shorter)
+
+    other_ops = _net(3)
+    other_ops.topology[2] = (nn.Tanh,)
+    before = _snapshot(other_ops.vars)
+    with pytest.raises(nn.CheckpointError, match="holds an FFN with ops"):
+        nn.load(path, other_ops)
+    _assert_unchanged(other_ops.vars, before)
+
+
+def test_mismatched_optimizer_changes_nothing(path):
+    net = _net()
+    opt = nn.Adam(net.vars)
+    _train(net, opt, 1)
+    nn.save(path, net, optimizer=opt)
+    target = _net(5)
+    before = _snapshot(target.vars)
+    with pytest.raises(nn.CheckpointError, match="the state is of a Adam optimizer"):
+        nn.load(path, target, optimizer=nn.GD(target.vars))
+    with pytest.raises(nn.CheckpointError, match="updated parameters"):
+        nn.load(path, target, optimizer=nn.Adam(target.vars[:2]))
+    _assert_unchanged(target.vars, before)
+    nn.save(path, net)
+    with pytest.raises(nn.CheckpointError, match="has no optimizer state"):
+        nn.load(path, target, optimizer=nn.Adam(target.vars))
+    _assert_unchanged(target.vars, before)
+
+
+def test_missing_truncated_and_corrupted_files(path, tmp_path):
+    net = _net()
+    before = _snapshot(net.vars)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        nn.load(str(tmp_path / "nothing.npz"), net)
+    nn.save(path, _net(9), optimizer=None)
+    data = open(path, "rb").read()
+
+    truncated = str(tmp_path / "truncated.npz")
+    open(truncated, "wb").write(data[:len(data) // 2])
+    with pytest.raises(nn.CheckpointError, match="truncated or corrupted"):
+        nn.load(truncated, net)
+
+    corrupted = bytearray(data)
+    with zipfile.ZipFile(path) as archive:    # flip a byte inside the first array's data
+        info = archive.infolist()[0]
+    corrupted[info.header_offset + 30 + len(info.filename) + 200] ^= 0xFF
+    bad = str(tmp_path / "corrupted.npz")
+    open(bad, "wb").write(bytes(corrupted))
+    with pytest.raises(nn.CheckpointError, match="truncated or corrupted"):
+        nn.load(bad, net)
+
+    garbage = str(tmp_path / "garbage.npz")
+    np.savez(garbage, w=np.ones(3))
+    with pytest.raises(nn.CheckpointError, match="not an nnkit checkpoint"):
+        nn.load(garbage, net)
+    _assert_unchanged(net.vars, before)
+
+
+def test_unknown_op_is_refused_with_its_name(path):
+    class Cube(nn.NetOp):
+        def __init__(self, x):
+            super().__init__(x.data ** 3, x)
+
+    net = nn.FFN((nn.Multiply, nn.rand2(2, 2)), (Cube,))
+    nn.save(path, net)
+    with pytest.raises(nn.CheckpointError, match=r"uses op 'Cube', which is not registered"):
+        nn.load(path)
+    assert nn.load(path, ops={"Cube": Cube}).model.topology[1][0] is Cube
+    with pytest.raises(TypeError, match="not an nnkit op class"):
+        nn.save(path, nn.FFN((lambda x: x,)))
+
+
+def test_interrupted_writer_leaves_the_previous_checkpoint(path, monkeypatch):
+    net = _net()
+    nn.save(path, net, extra={"version": 1})
+    calls = []
+    real = np.lib.format.write_array
+
+    def fail_halfway(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed mid-save")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "write_array", fail_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        nn.save(path, _net(4), extra={"version": 2})
+    monkeypatch.undo()
+    assert len(calls) == 3
+    assert os.listdir(os.path.dirname(path)) == ["model.npz"]       # no temporary left
+    restored = _net(5)
+    assert nn.load(path, restored).extra == {"version": 1}
+    for a, b in zip(restored.vars, net.vars):
+        np.testing.assert_array_equal(a.data, b.data)
+
+
+def test_killed_save_process_leaves_the_previous_checkpoint(path):
+    nn.save(path, {"w": nn.NetVar(np.zeros((2, 2)))}, extra={"version": 1})
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, nnkit as nn
+        big = {{"w": nn.NetVar(np.ones((2, 2))), "big": nn.NetVar(np.ones((4000, 1000)))}}
+        print("ready", flush=True)
+        while True:
+            nn.save({path!r}, big, extra={{"version": 2}})
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert child.stdout.readline().strip() == b"ready"
+        directory = os.path.dirname(path)
+        deadline = time.monotonic() + 60
+        while not any(name.endswith(".tmp") for name in os.listdir(directory)):
+            assert time.monotonic() < deadline, "the child never started writing"
+        child.kill()                    # SIGKILL while the temporary file is being written
+        child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert any(name.endswith(".tmp") for name in os.listdir(directory))
+    checkpoint = nn.load(path)          # the old or a complete new one, never a broken one
+    assert checkpoint.extra["version"] in (1, 2)
+    expected = 0.0 if checkpoint.extra["version"] == 1 else 1.0
+    assert (checkpoint.model["w"].data == expected).all()
+
+
+@pytest.mark.skipif(not nn.gpu_available(), reason="needs CuPy and a GPU")
+def test_gpu_checkpoint_loads_into_numpy(path):
+    net = _net()
+    opt = nn.Adam(net.vars)
+    for p in net.vars:
+        p.to_gpu()
+    nn.SoftmaxCELoss(net(nn.NetVar(_data()[0], requires_grad=False).to_gpu()),
+                     _data()[1][:32]).back()
+    opt.step()
+    nn.save(path, net, optimizer=opt)
+    cpu = _net(3)
+    cpu_opt = nn.Adam(cpu.vars)
+    nn.load(path, cpu, optimizer=cpu_opt)
+    assert isinstance(cpu.vars[0].data, np.ndarray)
+    assert isinstance(cpu_opt.state[0]["m"], np.ndarray)
+    np.testing.assert_array_equal(cpu.vars[0].data, net.vars[0].numpy())
