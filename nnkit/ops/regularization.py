@@ -1,3 +1,72 @@
-"""Regularisation: Dropout, L2Reg."""
+"""Regularisation: Dropout, L2Reg.
 
-__all__ = []
+Dropout follows the library's one train/eval switch: ``nnkit.train_mode(False)`` (or
+``nnkit.eval_mode()``) as a context, read with ``nnkit.is_training()``; training is the default.
+Notation: input x, output y, upstream gradient g.
+"""
+
+__all__ = ['Dropout', 'L2Reg']
+import numpy
+
+from .. import backend
+from ..core import NetOp, NetVar, is_training
+
+
+class Dropout(NetOp):
+    """Inverted dropout: zero each element with probability p, scale the rest by 1/(1 − p).
+
+    training:   m = [u ≥ p] / (1 − p),  u uniform in [0, 1) from nnkit's seeded generator
+                y = x · m,   dx = g · m
+    evaluation (``with nnkit.eval_mode():``) or p = 0:   y = x,  dx = g
+    p must be in [0, 1). The expected value of y equals x, so nothing changes at evaluation.
+    """
+
+    def __init__(self, x, p=0.5):
+        if not 0 <= p < 1:
+            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        self.mask = None
+        y = x._data
+        if p > 0 and is_training():
+            xp = backend.array_module(y)
+            keep = backend.rng(xp).random(y.shape) >= p
+            self.mask = keep.astype(y.dtype) / y.dtype.type(1 - p)
+            y = y * self.mask
+        super().__init__(y, x)
+
+    def _back(self, x):
+        x.accumulate(self._g if self.mask is None else self._g * self.mask)
+
+
+class L2Reg(NetOp):
+    """A loss plus an L2 penalty on parameters (weight decay written into the loss).
+
+    y = loss + r / (2B) · Σ_W ‖W‖²      (‖W‖² the sum of squares of every element of W)
+    dloss = g,   dW = g · r · W / B
+    B is ``batch_size`` (default 1): give the batch's rows to make r a per-sample rate, as in
+    Σ(loss per row) / B + r/(2B)·Σ‖W‖². ``loss`` must hold one value; ``params`` is a list of
+    NetVars (e.g. ``net.vars``); ``r`` ≥ 0.
+    """
+
+    def __init__(self, loss, params, r, batch_size=1):
+        if loss._data.size != 1:
+            raise ValueError(f"L2Reg: loss must hold one value, got shape {tuple(loss.shape)}")
+        if isinstance(params, NetVar):
+            params = [params]
+        params = list(params)
+        if not all(isinstance(w, NetVar) for w in params):
+            raise TypeError("L2Reg: params must be a list of NetVars")
+        if not r >= 0:
+            raise ValueError(f"L2Reg: the rate r must be non-negative, got {r}")
+        if not (isinstance(batch_size, (int, numpy.integer)) and batch_size > 0):
+            raise ValueError(f"L2Reg: batch_size must be a positive int, got {batch_size!r}")
+        self.scale = r / batch_size
+        penalty = sum(float((w._data * w._data).sum()) for w in params)
+        super().__init__(loss._data + loss._data.dtype.type(self.scale / 2 * penalty),
+                         loss, *params)
+
+    def _back(self, loss, *params):
+        loss.accumulate(self._g)
+        g = self._g.reshape(())
+        for w in params:
+            if w.requires_grad:
+                w.accumulate(g * self.scale * w._data)

@@ -262,6 +262,7 @@ def test_new_losses_honour_the_upstream_gradient(rng):
         np.testing.assert_allclose(z.g, 3 * once)
 
 
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides:UserWarning")
 def test_new_losses_match_pytorch(torch, rng):
     import torch.nn.functional as F
     N, C = 6, 4

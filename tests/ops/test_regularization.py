@@ -1,0 +1,89 @@
+"""Dropout (train/eval switch, seeded masks, scaling) and L2Reg (value, gradients, upstream g)."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+
+@pytest.mark.parametrize("shape", [(4, 5), (1, 7), (2, 3, 4)])
+@pytest.mark.parametrize("p", [0.2, 0.5])
+def test_dropout_gradcheck_with_a_fixed_mask(shape, p, rng):
+    x = var64(rng, *shape)
+    nn.seed(3)
+    y = nn.Dropout(x, p)
+    mask = y.mask
+    assert set(np.unique(mask)) <= {0.0, 1 / (1 - p)}
+    np.testing.assert_allclose(y.data, x.data * mask)
+
+    def same_mask(v):           # gradcheck re-runs f: replay the same seed for the same mask
+        nn.seed(3)
+        return nn.Dropout(v, p)
+    nn.gradcheck(same_mask, x)
+
+
+def test_dropout_scales_to_keep_the_mean_and_is_seeded():
+    x = nn.NetVar(np.ones((200, 500)))
+    nn.seed(0)
+    y = nn.Dropout(x, 0.3)
+    assert abs(float((y.data == 0).mean()) - 0.3) < 0.01
+    assert abs(float(y.data.mean()) - 1.0) < 0.02
+    nn.seed(0)
+    np.testing.assert_array_equal(nn.Dropout(x, 0.3).data, y.data)
+    y.back()
+    np.testing.assert_array_equal(x.g, y.data)          # dx = g · m with g = 1 and x = 1
+
+
+def test_dropout_is_identity_in_evaluation_and_for_p_zero(rng):
+    x = var64(rng, 3, 4)
+    with nn.eval_mode():
+        assert not nn.is_training()
+        y = nn.Dropout(x, 0.9)
+        np.testing.assert_array_equal(y.data, x.data)
+        y.back()
+        np.testing.assert_array_equal(x.g, 1)
+    assert nn.is_training()
+    with nn.train_mode(False):
+        np.testing.assert_array_equal(nn.Dropout(x, 0.5).data, x.data)
+    np.testing.assert_array_equal(nn.Dropout(x, 0.0).data, x.data)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"Dropout: p must be in \[0, 1\)"):
+            nn.Dropout(x, bad)
+
+
+def test_dropout_keeps_float32():
+    x = nn.NetVar(np.ones((3, 4), dtype=np.float32))
+    y = nn.Dropout(x, 0.5)
+    y.back()
+    assert y.dtype == np.float32 and x.g.dtype == np.float32
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_l2reg_value_and_gradcheck(batch_size, rng):
+    w1, w2, x = var64(rng, 3, 2), var64(rng, 2), var64(rng, 4, 3)
+    r = 0.3
+
+    def f(a, b, inputs):
+        return nn.L2Reg((inputs @ a + b).sum(), [a, b], r, batch_size)
+    y = f(w1, w2, x)
+    base = (x.data @ w1.data + w2.data).sum()
+    penalty = (w1.data ** 2).sum() + (w2.data ** 2).sum()
+    assert y.item() == pytest.approx(base + r / (2 * batch_size) * penalty)
+    nn.gradcheck(f, w1, w2, x)
+
+
+def test_l2reg_honours_the_upstream_gradient(rng):
+    w = var64(rng, 3, 3)
+    loss = (w * 2.0).sum()
+    (nn.L2Reg(loss, [w], 0.5) * 3.0).back()
+    np.testing.assert_allclose(w.g, 3 * (2 + 0.5 * w.data))
+
+
+def test_l2reg_errors(rng):
+    w = var64(rng, 2, 2)
+    with pytest.raises(ValueError, match=r"L2Reg: loss must hold one value, got shape \(2, 2\)"):
+        nn.L2Reg(w, [w], 0.1)
+    with pytest.raises(ValueError, match="L2Reg: the rate r must be non-negative"):
+        nn.L2Reg(w.sum(), [w], -1)
+    with pytest.raises(ValueError, match="L2Reg: batch_size must be a positive int"):
+        nn.L2Reg(w.sum(), [w], 0.1, batch_size=0)
