@@ -1,0 +1,185 @@
+"""W1 (per-op overhead of a chain of tiny ops) and W5 (a 20,000-step unrolled chain)."""
+import statistics
+import time
+
+import numpy as np
+
+import nnkit as nn
+
+from .harness import Row, check_close, interleaved, optional_torch
+
+KINDS = ("add", "mul", "tanh")
+
+
+def tiny_chain(rounds, ops=1000, number=20):
+    """W1: add, mul, tanh repeated on shape (4,), forward + backward; µs per op."""
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal(4).astype(np.float32)
+    a0 = np.full(4, 0.1, np.float32)
+    b0 = np.full(4, 0.9, np.float32)
+    kinds = [KINDS[i % 3] for i in range(ops)]
+
+    x = nn.NetVar(x0)                                   # a (1, 4) row, as nnkit stores vectors
+    a = nn.NetVar(a0, requires_grad=False)
+    b = nn.NetVar(b0, requires_grad=False)
+
+    def nnkit_step():
+        x.reset()
+        h = x
+        for kind in kinds:
+            if kind == "add":
+                h = h + a
+            elif kind == "mul":
+                h = h * b
+            else:
+                h = nn.Tanh(h)
+        h.back()
+        return x.g
+
+    xd, ad, bd = x0.reshape(1, 4), a0.reshape(1, 4), b0.reshape(1, 4)
+
+    def numpy_step():
+        h, saved = xd, []
+        for kind in kinds:
+            if kind == "add":
+                h = h + ad
+            elif kind == "mul":
+                h = h * bd
+            else:
+                h = np.tanh(h)
+                saved.append(h)
+        g = np.ones_like(h)
+        for kind in reversed(kinds):
+            if kind == "mul":
+                g = g * bd
+            elif kind == "tanh":
+                y = saved.pop()
+                g = g * (1 - y * y)
+        return g
+
+    contenders = {"nnkit": nnkit_step, "numpy": numpy_step}
+    reference = [numpy_step()]
+    check_close("W1", [nnkit_step()], reference)
+    torch = optional_torch()
+    if torch is not None:
+        xt = torch.tensor(xd, requires_grad=True)
+        at, bt = torch.tensor(ad), torch.tensor(bd)
+
+        def torch_step():
+            xt.grad = None
+            h = xt
+            for kind in kinds:
+                if kind == "add":
+                    h = h + at
+                elif kind == "mul":
+                    h = h * bt
+                else:
+                    h = torch.tanh(h)
+            h.backward(torch.ones_like(h))
+            return xt.grad
+
+        check_close("W1 (PyTorch)", [torch_step().numpy()], reference)
+        contenders["torch"] = torch_step
+    times = interleaved(contenders, rounds, number)
+    return [Row("W1 chain of 1,000 tiny ops, fwd+bwd", "µs/op", 1e6 / ops, times, target=2.0)]
+
+
+def _unrolled(batch, hidden, seed=0):
+    """Parameters of h ← tanh(h·W + b) and the three ways to run it for ``steps`` steps."""
+    rng = np.random.default_rng(seed)
+    h0 = rng.standard_normal((batch, hidden)).astype(np.float32)
+    W0 = (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    b0 = (0.1 * rng.standard_normal((1, hidden))).astype(np.float32)
+    W, b = nn.NetVar(W0), nn.NetVar(b0)
+    h_in = nn.NetVar(h0, requires_grad=False)
+
+    def nnkit_forward(steps):
+        h = h_in
+        for _ in range(steps):
+            h = nn.Tanh(h @ W + b)
+        return [h]
+
+    def nnkit_backward(holder):
+        W.reset()
+        b.reset()
+        holder.pop().back()          # the graph is freed here, when its root is dropped
+        return [W.g, b.g]
+
+    def numpy_forward(steps):
+        hs = [h0]
+        for _ in range(steps):
+            z = hs[-1] @ W0
+            z += b0
+            hs.append(np.tanh(z, out=z))
+        return [hs]
+
+    def numpy_backward(holder):
+        hs = holder.pop()
+        dW, db = np.zeros_like(W0), np.zeros_like(b0)
+        g = np.ones_like(h0)
+        for t in range(len(hs) - 1, 0, -1):
+            y = hs[t]
+            gz = g * (1 - y * y)
+            dW += hs[t - 1].T @ gz
+            db += gz.sum(axis=0, keepdims=True)
+            g = gz @ W0.T
+        return [dW, db]
+
+    runs = {"nnkit": (nnkit_forward, nnkit_backward), "numpy": (numpy_forward, numpy_backward)}
+    torch = optional_torch()
+    if torch is not None:
+        Wt = torch.tensor(W0, requires_grad=True)
+        bt = torch.tensor(b0, requires_grad=True)
+        ht = torch.tensor(h0)
+
+        def torch_forward(steps):
+            h = ht
+            for _ in range(steps):
+                h = torch.tanh(h @ Wt + bt)
+            return [h]
+
+        def torch_backward(holder):
+            Wt.grad = bt.grad = None
+            h = holder.pop()
+            h.backward(torch.ones_like(h))
+            return [Wt.grad.numpy(), bt.grad.numpy()]
+
+        runs["torch"] = (torch_forward, torch_backward)
+    return runs
+
+
+def long_chain(rounds, steps=(5000, 20000), batch=4, hidden=16):
+    """W5: forward and backward seconds of an unrolled tanh chain, and their growth in steps."""
+    runs = _unrolled(batch, hidden)
+    reference = runs["numpy"][1](runs["numpy"][0](50))
+    for name, (forward, backward) in runs.items():
+        check_close(f"W5 ({name})", backward(forward(50)), reference, rtol=1e-3)
+    times = {n: {name: ([], []) for name in runs} for n in steps}
+    for round_number in range(rounds):
+        order = list(runs.items())
+        for n in steps:
+            for name, (forward, backward) in (order if round_number % 2 == 0 else order[::-1]):
+                start = time.perf_counter()
+                holder = forward(n)
+                middle = time.perf_counter()
+                backward(holder)
+                end = time.perf_counter()
+                times[n][name][0].append(middle - start)
+                times[n][name][1].append(end - middle)
+    small, large = steps
+    rows = []
+    for phase, label in ((0, "forward"), (1, "backward")):
+        per_name = {name: times[large][name][phase] for name in runs}
+        row = Row(f"W5 {large:,}-step chain, {label}", "s", 1.0, per_name)
+        if "torch" in runs and label == "backward":
+            faster = row.values["nnkit"] < row.values["torch"]
+            row.target, row.met = "< PyTorch", faster
+        rows.append(row)
+    growth = {name: [b / a / (large / small) for a, b in zip(times[small][name][1],
+                                                              times[large][name][1])]
+              for name in runs}
+    row = Row(f"W5 backward time per step, {large:,} / {small:,} steps", "ratio", 1.0, growth,
+              target="<= 1.25 (linear)", met=statistics.median(growth["nnkit"]) <= 1.25)
+    row.ratio = row.torch_ratio = None
+    rows.append(row)
+    return rows

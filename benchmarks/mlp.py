@@ -1,0 +1,251 @@
+"""W2 (digits MLP epoch), W3 (one step of a BLAS-bound MLP) and W6 (W3's peak memory).
+
+The three contenders train the same ReLU MLP with softmax cross-entropy and Adam from the same
+float32 weights: nnkit as a user writes it, NumPy by hand with preallocated buffers and in-place
+updates, and PyTorch (when installed).
+"""
+import gc
+import tracemalloc
+
+import numpy as np
+
+import nnkit as nn
+
+from .harness import Row, check_close, interleaved, optional_torch
+
+LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
+
+
+def init_weights(sizes, seed=0):
+    """He-uniform weights (fan_in, fan_out) and small biases as float32 NumPy arrays."""
+    rng = np.random.default_rng(seed)
+    layers = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        limit = np.sqrt(6.0 / fan_in)
+        W = rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32)
+        b = (0.01 * rng.standard_normal(fan_out)).astype(np.float32)
+        layers.append((W, b))
+    return layers
+
+
+def adam_numpy(p, g, m, v, t):
+    """The Adam update, in place, with one temporary (bias-corrected, as nnkit.Adam)."""
+    b1, b2 = BETAS
+    c1, c2 = 1 - b1 ** t, 1 - b2 ** t
+    tmp = np.multiply(g, 1 - b1)
+    m *= b1
+    m += tmp
+    np.multiply(g, g, out=tmp)
+    tmp *= 1 - b2
+    v *= b2
+    v += tmp
+    np.sqrt(v, out=tmp)                       # √(v/c2) + eps = (√v + eps·√c2) / √c2
+    tmp += EPS * np.sqrt(c2)
+    np.divide(m, tmp, out=tmp)
+    tmp *= LR * np.sqrt(c2) / c1
+    p -= tmp
+
+
+class NumpyMLP:
+    """The hand-written baseline: forward, backward and Adam into preallocated buffers."""
+
+    def __init__(self, layers):
+        self.params = [a.copy() for layer in layers for a in layer]
+        self.grads = [np.empty_like(p) for p in self.params]
+        self.m = [np.zeros_like(p) for p in self.params]
+        self.v = [np.zeros_like(p) for p in self.params]
+        self.t = 0
+        self.buffers = {}
+
+    def _buffers(self, rows):
+        if rows not in self.buffers:      # activations and their gradients, per batch size
+            widths = [W.shape[1] for W in self.params[0::2]]
+            self.buffers[rows] = ([np.empty((rows, n), np.float32) for n in widths],
+                                  [np.empty((rows, n), np.float32) for n in widths])
+        return self.buffers[rows]
+
+    def gradients(self, x, y):
+        acts, deltas = self._buffers(len(x))
+        n_layers = len(acts)
+        a = x
+        for i in range(n_layers):
+            W, b = self.params[2 * i], self.params[2 * i + 1]
+            h = np.matmul(a, W, out=acts[i])
+            h += b
+            if i < n_layers - 1:
+                np.maximum(h, 0, out=h)
+            a = h
+        z, rows = acts[-1], np.arange(len(x))
+        z -= z.max(axis=1, keepdims=True)
+        dz = np.exp(z, out=deltas[-1])
+        total = dz.sum(axis=1, keepdims=True)
+        loss = float(np.log(total).mean() - z[rows, y].mean())
+        dz /= total
+        dz[rows, y] -= 1
+        dz /= len(x)
+        for i in range(n_layers - 1, -1, -1):
+            below = x if i == 0 else acts[i - 1]
+            np.matmul(below.T, dz, out=self.grads[2 * i])
+            np.sum(dz, axis=0, out=self.grads[2 * i + 1])
+            if i > 0:
+                d_below = np.matmul(dz, self.params[2 * i].T, out=deltas[i - 1])
+                d_below *= below > 0
+                dz = d_below
+        return loss
+
+    def step(self, x, y):
+        loss = self.gradients(x, y)
+        self.t += 1
+        for p, g, m, v in zip(self.params, self.grads, self.m, self.v):
+            adam_numpy(p, g, m, v, self.t)
+        return loss
+
+
+class NnkitMLP:
+    """The same network written as an nnkit user would write it."""
+
+    def __init__(self, layers):
+        self.params = [nn.NetVar(a.copy().reshape(1, -1) if a.ndim == 1 else a.copy())
+                       for layer in layers for a in layer]
+        self.optimizer = nn.Adam(self.params, lr=LR, momentum=BETAS[0], rms=BETAS[1], eps=EPS)
+
+    def loss(self, x, y):
+        h = nn.NetVar(x, requires_grad=False)
+        last = len(self.params) - 2
+        for i in range(0, len(self.params), 2):
+            h = h @ self.params[i] + self.params[i + 1]
+            if i < last:
+                h = nn.ReLU(h)
+        return nn.SoftmaxCELoss(h, y)
+
+    def gradients(self, x, y):
+        loss = self.loss(x, y)
+        loss.back()
+        return loss.item()
+
+    def step(self, x, y):
+        loss = self.loss(x, y)
+        loss.back()
+        self.optimizer.step()
+        return loss.item()
+
+
+def torch_model(layers):
+    """The same network in PyTorch, or None when PyTorch is not installed."""
+    torch = optional_torch()
+    if torch is None:
+        return None
+    F = torch.nn.functional
+
+    class TorchMLP:
+        def __init__(self):
+            self.params = [torch.tensor(a, requires_grad=True) for layer in layers for a in layer]
+            self.optimizer = torch.optim.Adam(self.params, lr=LR, betas=BETAS, eps=EPS)
+
+        def gradients(self, x, y):
+            h = torch.from_numpy(x)
+            last = len(self.params) - 2
+            for i in range(0, len(self.params), 2):
+                h = h @ self.params[i] + self.params[i + 1]
+                if i < last:
+                    h = F.relu(h)
+            loss = F.cross_entropy(h, torch.from_numpy(y))
+            loss.backward()
+            return loss.item()
+
+        def step(self, x, y):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.gradients(x, y)
+            self.optimizer.step()
+            return loss
+
+        @property
+        def grads(self):
+            return [p.grad.numpy() for p in self.params]
+
+    return TorchMLP()
+
+
+def _contenders(layers, x, y):
+    """Fresh models of each kind, after checking that they agree on gradients and a step."""
+    numpy_model = NumpyMLP(layers)
+    numpy_model.gradients(x, y)
+    reference = [g.reshape(p.shape) for g, p in zip(numpy_model.grads, numpy_model.params)]
+    ours = NnkitMLP(layers)
+    ours.gradients(x, y)
+    check_close("MLP", [p.g.reshape(p.shape[-1:] if p.shape[0] == 1 else p.shape)
+                        for p in ours.params], reference)
+    theirs = torch_model(layers)
+    if theirs is not None:
+        theirs.gradients(x, y)
+        check_close("MLP (PyTorch)", theirs.grads, reference)
+    ours, numpy_model = NnkitMLP(layers), NumpyMLP(layers)
+    ours.step(x, y)
+    numpy_model.step(x, y)
+    check_close("MLP after one Adam step", [p.data.reshape(-1) for p in ours.params],
+                [p.reshape(-1) for p in numpy_model.params], rtol=1e-5, atol=0.05 * LR)
+    models = {"nnkit": NnkitMLP(layers), "numpy": NumpyMLP(layers)}
+    if theirs is not None:
+        models["torch"] = torch_model(layers)
+    return models
+
+
+def digits_epoch(rounds, batch=64, number=2):
+    """W2: one epoch over scikit-learn's digits (64-128-128-10, batch 64, Adam, float32)."""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    X = (digits.data / 16.0).astype(np.float32)
+    Y = digits.target.astype(np.int64)
+    batches = [(X[i:i + batch], Y[i:i + batch]) for i in range(0, len(X), batch)]
+    models = _contenders(init_weights((64, 128, 128, 10)), *batches[0])
+
+    def epoch(model):
+        def run():
+            for x, y in batches:
+                model.step(x, y)
+        return run
+
+    times = interleaved({name: epoch(model) for name, model in models.items()}, rounds, number)
+    return [Row("W2 digits MLP epoch (64-128-128-10, Adam)", "ms", 1e3, times, target=1.25)]
+
+
+def big_mlp_data(batch=256, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, 784)).astype(np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int64)
+    return init_weights((784, 1024, 1024, 10)), x, y
+
+
+def big_mlp_step(rounds, number=3):
+    """W3: one training step of a 784-1024-1024-10 MLP on a batch of 256 (BLAS-bound)."""
+    layers, x, y = big_mlp_data()
+    models = _contenders(layers, x, y)
+    times = interleaved({name: (lambda m=model: m.step(x, y)) for name, model in models.items()},
+                        rounds, number)
+    return [Row("W3 784-1024-1024-10 MLP step, batch 256", "ms", 1e3, times, target=1.10)]
+
+
+def peak_memory(make, x, y):
+    """Peak bytes held (traced by tracemalloc: NumPy arrays and Python objects) during one
+    training step, weights and optimizer state included, after a first step made that state."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        model = make()
+        model.step(x, y)
+        tracemalloc.reset_peak()
+        model.step(x, y)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        del model
+        gc.collect()
+
+
+def big_mlp_memory(rounds=1):
+    """W6: peak memory of W3's step relative to the hand-written NumPy step."""
+    layers, x, y = big_mlp_data()
+    peaks = {"nnkit": [peak_memory(lambda: NnkitMLP(layers), x, y)],
+             "numpy": [peak_memory(lambda: NumpyMLP(layers), x, y)]}
+    return [Row("W6 peak memory of the W3 step", "MB", 1e-6, peaks, target=1.30,
+                note="PyTorch's allocations are not traced")]
