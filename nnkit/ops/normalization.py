@@ -1,3 +1,175 @@
-"""Normalisation: BatchNorm, LayerNorm."""
+"""Normalisation: BatchNorm (with its BatchNormState) and LayerNorm.
 
-__all__ = []
+BatchNorm follows the library's one train/eval switch: ``nnkit.train_mode(False)`` (or
+``nnkit.eval_mode()``) as a context, read with ``nnkit.is_training()``; training is the default.
+Notation: input x, scale γ (gamma), shift β (beta), output y, upstream gradient g; the means
+below run over the normalised axes, n values each.
+"""
+
+__all__ = ['BatchNorm', 'BatchNormState', 'LayerNorm']
+import numpy
+
+from .. import backend
+from ..core import NetOp, get_dtype, is_training
+
+
+class BatchNormState:
+    """The running mean and variance of one BatchNorm layer: not trainable, never a NetVar.
+
+    ``BatchNormState(features, momentum=0.1, eps=1e-5)``. Each training step updates, as
+    PyTorch does, running = (1 − momentum) · running + momentum · batch, with the unbiased batch
+    variance (n / (n − 1) times the biased one); evaluation normalises with them. The arrays
+    follow the data's device and dtype on first use. Because it is not a NetVar, ``FFN.vars``
+    never lists it and optimizers never touch it.
+    """
+
+    def __init__(self, features, momentum=0.1, eps=1e-5):
+        if not (isinstance(features, (int, numpy.integer)) and features > 0):
+            raise ValueError(f"BatchNormState: features must be a positive int, got {features!r}")
+        if not 0 <= momentum <= 1:
+            raise ValueError(f"BatchNormState: momentum must be in [0, 1], got {momentum}")
+        if not eps > 0:
+            raise ValueError(f"BatchNormState: eps must be positive, got {eps}")
+        self.features = int(features)
+        self.momentum = momentum
+        self.eps = eps
+        self.reset()
+
+    def reset(self):
+        """Back to mean 0, variance 1 and no batches seen."""
+        self.running_mean = numpy.zeros(self.features, dtype=get_dtype())
+        self.running_var = numpy.ones(self.features, dtype=get_dtype())
+        self.num_batches_tracked = 0
+
+    def statistics(self, like):
+        """(running_mean, running_var) on the device and in the dtype of the array ``like``."""
+        xp = backend.array_module(like)
+        if backend.array_module(self.running_mean) is not xp \
+                or self.running_mean.dtype != like.dtype:
+            self.running_mean = xp.asarray(self.running_mean, dtype=like.dtype)
+            self.running_var = xp.asarray(self.running_var, dtype=like.dtype)
+        return self.running_mean, self.running_var
+
+    def update(self, mean, var, n):
+        """Fold one batch's mean and biased variance over n values into the running ones."""
+        running_mean, running_var = self.statistics(mean)
+        m = self.momentum
+        self.running_mean = (1 - m) * running_mean + m * mean
+        self.running_var = (1 - m) * running_var + m * var * (n / (n - 1))
+        self.num_batches_tracked += 1
+
+    def __repr__(self):
+        return (f"BatchNormState(features={self.features}, momentum={self.momentum}, "
+                f"eps={self.eps}, batches={self.num_batches_tracked})")
+
+
+class _Normalization(NetOp):
+    """Shared by BatchNorm and LayerNorm: y = γ · x̂ + β and its backward.
+
+    ``stat_axes`` are the axes the statistics run over, ``param_axes`` those γ and β are
+    broadcast along, ``pshape`` the shape γ and β take to broadcast against x.
+    """
+
+    def _affine(self, x, xhat, inv, gamma, beta, batch_stats):
+        self.xhat, self.inv, self.batch_stats = xhat, inv, batch_stats
+        features = x._data.shape[self.feature_axis]
+        for name, p in (("gamma", gamma), ("beta", beta)):
+            if p is not None and p._data.size != features:
+                raise ValueError(f"{type(self).__name__}: {name} of shape {tuple(p.shape)} does "
+                                 f"not match the {features} features of x of shape "
+                                 f"{tuple(x.shape)}")
+        self.has_gamma, self.has_beta = gamma is not None, beta is not None
+        y = xhat
+        if gamma is not None:
+            y = y * gamma._data.reshape(self.pshape)
+        if beta is not None:
+            y = y + beta._data.reshape(self.pshape)
+        super().__init__(y, *(p for p in (x, gamma, beta) if p is not None))
+
+    def _back(self, x, *params):
+        g = self._g
+        gamma = params[0] if self.has_gamma else None
+        beta = params[-1] if self.has_beta else None
+        if x.requires_grad:
+            dxhat = g if gamma is None else g * gamma._data.reshape(self.pshape)
+            if self.batch_stats:
+                axes, xhat = self.stat_axes, self.xhat
+                dxhat = (dxhat - dxhat.mean(axis=axes, keepdims=True)
+                         - xhat * (dxhat * xhat).mean(axis=axes, keepdims=True))
+            x.accumulate(self.inv * dxhat)
+        if gamma is not None and gamma.requires_grad:
+            gamma.accumulate((g * self.xhat).sum(axis=self.param_axes).reshape(gamma._data.shape))
+        if beta is not None and beta.requires_grad:
+            beta.accumulate(g.sum(axis=self.param_axes).reshape(beta._data.shape))
+
+
+def _standardize(xd, axes, eps):
+    """(x̂, 1/σ, mean, biased variance) over ``axes``, all with the reduced axes kept."""
+    xp = backend.array_module(xd)
+    mean = xd.mean(axis=axes, keepdims=True)
+    centred = xd - mean
+    var = (centred * centred).mean(axis=axes, keepdims=True)
+    inv = 1 / xp.sqrt(var + eps)
+    return centred * inv, inv, mean, var
+
+
+class BatchNorm(_Normalization):
+    """Batch normalisation over the batch (and spatial) axes, per feature (channel) on axis 1.
+
+    x is (B, F) or (B, C, H, W) (any (B, C, …)); γ and β hold F values (or are None).
+    training:    μ, σ² = mean and biased variance of x over every axis but 1 (n values each)
+                 x̂ = (x − μ) / √(σ² + eps),   y = γ · x̂ + β;   ``state`` gets μ and the
+                 unbiased n/(n−1)·σ² (see BatchNormState)
+                 dx = (γ / √(σ² + eps)) · (g − mean(g) − x̂ · mean(g · x̂))   (γ·g for g inside)
+    evaluation:  x̂ = (x − running_mean) / √(running_var + eps);  dx = γ · g / √(running_var + eps)
+    dγ = Σ g · x̂,  dβ = Σ g   (sums over every axis but 1)
+    Training needs more than one value per feature.
+    """
+    feature_axis = 1
+
+    def __init__(self, x, gamma, beta, state):
+        if not isinstance(state, BatchNormState):
+            raise TypeError(f"BatchNorm: state must be a BatchNormState, got "
+                            f"{type(state).__name__}")
+        xd = x._data
+        if xd.ndim < 2 or xd.shape[1] != state.features:
+            raise ValueError(f"BatchNorm: x of shape {tuple(x.shape)} needs (B, {state.features}"
+                             f", ...) for a state of {state.features} features")
+        self.stat_axes = self.param_axes = (0,) + tuple(range(2, xd.ndim))
+        self.pshape = (1, state.features) + (1,) * (xd.ndim - 2)
+        training = is_training()
+        if training:
+            n = xd.size // state.features
+            if n < 2:
+                raise ValueError(f"BatchNorm: training needs more than one value per feature, "
+                                 f"x has shape {tuple(x.shape)} (use eval_mode() for one sample)")
+            xhat, inv, mean, var = _standardize(xd, self.stat_axes, state.eps)
+            state.update(mean.reshape(-1), var.reshape(-1), n)
+        else:
+            xp = backend.array_module(xd)
+            mean, var = state.statistics(xd)
+            inv = 1 / xp.sqrt(var.reshape(self.pshape) + state.eps)
+            xhat = (xd - mean.reshape(self.pshape)) * inv
+        self._affine(x, xhat, inv, gamma, beta, training)
+
+
+class LayerNorm(_Normalization):
+    """Layer normalisation over the last axis (each row on its own, in training and evaluation).
+
+    μ, σ² = mean and biased variance of x over the last axis (D values)
+    x̂ = (x − μ) / √(σ² + eps),   y = γ · x̂ + β     (γ, β hold D values, or are None)
+    dx = (γ / √(σ² + eps)) · (g − mean(g) − x̂ · mean(g · x̂))   (γ·g for g inside)
+    dγ = Σ g · x̂,  dβ = Σ g   (sums over every axis but the last)
+    """
+    feature_axis = -1
+    stat_axes = (-1,)
+
+    def __init__(self, x, gamma=None, beta=None, eps=1e-5):
+        xd = x._data
+        if xd.ndim < 1 or xd.shape[-1] < 1:
+            raise ValueError(f"LayerNorm: x of shape {tuple(x.shape)} has no last axis to "
+                             "normalise")
+        self.param_axes = tuple(range(xd.ndim - 1))
+        self.pshape = (xd.shape[-1],)
+        xhat, inv, _, _ = _standardize(xd, self.stat_axes, eps)
+        self._affine(x, xhat, inv, gamma, beta, True)

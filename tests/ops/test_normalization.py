@@ -1,0 +1,126 @@
+"""BatchNorm (train/eval, running statistics) and LayerNorm: gradchecks and PyTorch parity."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (4, 2, 3, 3), (3, 4, 5)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batchnorm_gradcheck(shape, training, rng):
+    F = shape[1]
+    x, gamma, beta = var64(rng, *shape), var64(rng, F), var64(rng, F)
+    state = nn.BatchNormState(F)
+    state.running_mean = rng.standard_normal(F)
+    state.running_var = rng.random(F) + 0.5
+    with nn.train_mode(training):
+        nn.gradcheck(lambda v, a, b: nn.BatchNorm(v, a, b, state), x, gamma, beta)
+        nn.gradcheck(lambda v: nn.BatchNorm(v, None, None, state), x)
+
+
+def test_batchnorm_normalises_each_feature_in_training(rng):
+    x = nn.NetVar(rng.standard_normal((64, 3, 4, 4)) * 5 + 2)
+    y = nn.BatchNorm(x, None, None, nn.BatchNormState(3))
+    np.testing.assert_allclose(y.data.mean(axis=(0, 2, 3)), 0, atol=1e-12)
+    np.testing.assert_allclose(y.data.var(axis=(0, 2, 3)), 1, rtol=1e-3)
+
+
+def test_batchnorm_running_statistics_and_eval(rng):
+    state = nn.BatchNormState(2, momentum=0.5)
+    gamma, beta = nn.NetVar(np.ones(2)), nn.zeros(2)
+    batches = [rng.standard_normal((8, 2)) * 3 + 1 for _ in range(2)]
+    mean, var = np.zeros(2), np.ones(2)
+    for b in batches:
+        nn.BatchNorm(nn.NetVar(b), gamma, beta, state)
+        mean = 0.5 * mean + 0.5 * b.mean(0)
+        var = 0.5 * var + 0.5 * b.var(0, ddof=1)
+    np.testing.assert_allclose(state.running_mean, mean)
+    np.testing.assert_allclose(state.running_var, var)
+    assert state.num_batches_tracked == 2
+    x = nn.NetVar(rng.standard_normal((1, 2)))     # one sample is fine in evaluation
+    with nn.eval_mode():
+        y = nn.BatchNorm(x, gamma, beta, state)
+    np.testing.assert_allclose(y.data, (x.data - mean) / np.sqrt(var + 1e-5))
+    assert state.num_batches_tracked == 2          # evaluation does not update
+    assert not any(isinstance(v, nn.BatchNormState) for v in
+                   nn.FFN((nn.BatchNorm, gamma, beta, state)).vars)
+    assert nn.FFN((nn.BatchNorm, gamma, beta, state)).vars == [gamma, beta]
+
+
+def test_batchnorm_errors(rng):
+    state = nn.BatchNormState(3)
+    with pytest.raises(ValueError, match=r"BatchNorm: x of shape \(4, 2\) needs \(B, 3, \.\.\.\)"):
+        nn.BatchNorm(var64(rng, 4, 2), None, None, state)
+    with pytest.raises(ValueError, match=r"BatchNorm: gamma of shape \(1, 2\) does not match "
+                                         r"the 3 features"):
+        nn.BatchNorm(var64(rng, 4, 3), var64(rng, 2), None, state)
+    with pytest.raises(ValueError, match="more than one value per feature"):
+        nn.BatchNorm(var64(rng, 1, 3), None, None, state)
+    with pytest.raises(TypeError, match="BatchNorm: state must be a BatchNormState"):
+        nn.BatchNorm(var64(rng, 4, 3), None, None, None)
+    with pytest.raises(ValueError, match="BatchNormState: momentum must be in"):
+        nn.BatchNormState(3, momentum=2)
+
+
+def test_batchnorm_keeps_float32(rng):
+    x = nn.NetVar(rng.standard_normal((4, 3, 2, 2)).astype(np.float32))
+    state = nn.BatchNormState(3)
+    y = nn.BatchNorm(x, nn.NetVar(np.ones(3, np.float32)), None, state)
+    y.back()
+    assert y.dtype == x.g.dtype == state.running_var.dtype == np.float32
+
+
+def test_batchnorm_matches_pytorch(torch, rng):
+    import torch.nn.functional as F
+    for shape in [(6, 3), (4, 3, 5, 5)]:
+        x = rng.standard_normal(shape) * 2 + 0.5
+        gamma, beta = rng.standard_normal(3), rng.standard_normal(3)
+        seed = rng.standard_normal(shape)
+        state = nn.BatchNormState(3, momentum=0.2)
+        rm, rv = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+        for training in (True, True, False):
+            nodes = [nn.NetVar(a) for a in (x, gamma, beta)]
+            with nn.train_mode(training):
+                y = nn.BatchNorm(*nodes, state)
+            y.back(seed)
+            tensors = [torch.tensor(a, requires_grad=True) for a in (x, gamma, beta)]
+            r = F.batch_norm(tensors[0], rm, rv, tensors[1], tensors[2], training=training,
+                             momentum=0.2, eps=1e-5)
+            r.backward(torch.tensor(seed))
+            np.testing.assert_allclose(y.data, r.detach().numpy(), atol=1e-12)
+            for node, tensor in zip(nodes, tensors):
+                np.testing.assert_allclose(node.g.reshape(-1), tensor.grad.numpy().reshape(-1),
+                                           atol=1e-10)
+            np.testing.assert_allclose(state.running_mean, rm.numpy())
+            np.testing.assert_allclose(state.running_var, rv.numpy())
+
+
+@pytest.mark.parametrize("shape", [(4, 5), (1, 3), (2, 3, 4)])
+def test_layernorm_gradcheck(shape, rng):
+    D = shape[-1]
+    x, gamma, beta = var64(rng, *shape), var64(rng, D), var64(rng, D)
+    nn.gradcheck(nn.LayerNorm, x, gamma, beta)
+    nn.gradcheck(lambda v: nn.LayerNorm(v, eps=1e-3), x)
+    with nn.eval_mode():        # the same in evaluation: no running statistics
+        np.testing.assert_allclose(nn.LayerNorm(x, gamma, beta).data,
+                                   nn.LayerNorm(x, gamma, beta).data)
+
+
+def test_layernorm_matches_pytorch(torch, rng):
+    import torch.nn.functional as F
+    x = rng.standard_normal((3, 4, 6))
+    gamma, beta = rng.standard_normal(6), rng.standard_normal(6)
+    seed = rng.standard_normal(x.shape)
+    nodes = [nn.NetVar(a) for a in (x, gamma, beta)]
+    y = nn.LayerNorm(*nodes)
+    y.back(seed)
+    tensors = [torch.tensor(a, requires_grad=True) for a in (x, gamma, beta)]
+    r = F.layer_norm(tensors[0], (6,), tensors[1], tensors[2], eps=1e-5)
+    r.backward(torch.tensor(seed))
+    np.testing.assert_allclose(y.data, r.detach().numpy(), atol=1e-12)
+    for node, tensor in zip(nodes, tensors):
+        np.testing.assert_allclose(node.g.reshape(-1), tensor.grad.numpy().reshape(-1),
+                                   atol=1e-10)
+    with pytest.raises(ValueError, match=r"LayerNorm: gamma of shape \(1, 5\) does not match"):
+        nn.LayerNorm(nodes[0], nn.NetVar(np.ones(5)))
