@@ -1,12 +1,36 @@
 """Initializers: functions returning parameter NetVars of a given shape.
 
-Shapes follow the row-oriented layout: a weight is (fan_in, fan_out) = (inputs, outputs).
-Every initializer takes ``seed``: None uses nnkit's global generator (``nnkit.seed(n)``), an
-int makes a fresh generator, a ``numpy.random.Generator`` is used as it is. Values have
-``nnkit.dtype``.
+Every initializer takes the shape (``he(64, 128)`` or ``he((64, 128))``) and ``seed``: None
+uses nnkit's global generator (``nnkit.seed(n)``), an int makes a fresh generator, a
+``numpy.random.Generator`` is used as it is. Values have ``nnkit.dtype``; a 1-D shape ``(n,)``
+gives a row ``(1, n)`` (biases).
+
+Fan conventions for the row-oriented layout, where ``x @ w`` maps rows of inputs to outputs:
+
+- 2-D weight ``(in, out)``: fan_in = in = shape[0], fan_out = out = shape[1];
+- 1-D ``(n,)``: fan_in = fan_out = n;
+- ≥ 3-D convolution kernel ``(out_channels, in_channels, *kernel)``: with k = ∏ kernel,
+  fan_in = in_channels · k and fan_out = out_channels · k.
+
+| initializer | distribution |
+|---|---|
+| ``gaussian(std=0.01, mean=0)`` | N(mean, std²) |
+| ``uniform(low=-0.05, high=0.05)`` | U(low, high) |
+| ``glorot_uniform`` (= ``glorot``) | U(±√(6 / (fan_in + fan_out))) |
+| ``glorot_normal`` | N(0, 2 / (fan_in + fan_out)) |
+| ``he_normal`` (= ``he``) | N(0, 2 / fan_in), for ReLU layers |
+| ``he_uniform`` | U(±√(6 / fan_in)) |
+| ``lecun_normal`` | N(0, 1 / fan_in), for SELU / tanh layers |
+| ``lecun_uniform`` | U(±√(3 / fan_in)) |
+| ``orthogonal(gain=1)`` | gain · a random (semi-)orthogonal matrix |
+| ``identity(gain=1)`` | gain · I (ones on the diagonal of a 2-D shape) |
+| ``rand2`` | U(±√(3 / mean(shape))), the article's |
+| ``zeros`` | 0 |
 """
 
-__all__ = ['rand2', 'glorot', 'he', 'zeros']
+__all__ = ['rand2', 'gaussian', 'uniform', 'glorot', 'glorot_uniform', 'glorot_normal', 'he',
+           'he_normal', 'he_uniform', 'lecun_normal', 'lecun_uniform', 'orthogonal', 'identity',
+           'zeros']
 import math
 
 import numpy
@@ -25,37 +49,113 @@ def _shape(shape):
 
 
 def _fans(shape):
-    """fan_in = shape[0] (rows are inputs), fan_out = shape[-1]."""
-    return shape[0], shape[-1]
+    """(fan_in, fan_out) of a weight of ``shape`` (see the module docstring)."""
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    if len(shape) == 2:
+        return shape[0], shape[1]
+    kernel = math.prod(shape[2:])
+    return shape[1] * kernel, shape[0] * kernel
 
 
 def _param(values, name=None):
     return NetVar(values.astype(get_dtype()), name=name)
 
 
+def _normal(shape, std, seed, mean=0.0):
+    return _param(backend.as_generator(seed).normal(mean, std, shape))
+
+
+def _uniform(shape, limit, seed):
+    return _param(backend.as_generator(seed).uniform(-limit, limit, shape))
+
+
 def rand2(*shape, seed=None):
     """Uniform in ±√(3 / mean(shape)), as in the article (Glorot-like variance 1/mean(shape))."""
     shape = _shape(shape)
-    limit = math.sqrt(3.0 / (sum(shape) / len(shape)))
-    return _param(backend.as_generator(seed).uniform(-limit, limit, shape))
+    return _uniform(shape, math.sqrt(3.0 / (sum(shape) / len(shape))), seed)
 
 
-def glorot(*shape, seed=None):
+def gaussian(*shape, std=0.01, mean=0.0, seed=None):
+    """Normal N(mean, std²)."""
+    if not std >= 0:
+        raise ValueError(f"gaussian: std must be >= 0, got {std}")
+    return _normal(_shape(shape), std, seed, mean)
+
+
+def uniform(*shape, low=-0.05, high=0.05, seed=None):
+    """Uniform U(low, high)."""
+    if not low <= high:
+        raise ValueError(f"uniform: low must be <= high, got {low} > {high}")
+    return _param(backend.as_generator(seed).uniform(low, high, _shape(shape)))
+
+
+def glorot_uniform(*shape, seed=None):
     """Glorot/Xavier uniform: U(±√(6 / (fan_in + fan_out)))."""
     shape = _shape(shape)
     fan_in, fan_out = _fans(shape)
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    return _param(backend.as_generator(seed).uniform(-limit, limit, shape))
+    return _uniform(shape, math.sqrt(6.0 / (fan_in + fan_out)), seed)
 
 
-def he(*shape, seed=None):
+def glorot_normal(*shape, seed=None):
+    """Glorot/Xavier normal: N(0, 2 / (fan_in + fan_out))."""
+    shape = _shape(shape)
+    fan_in, fan_out = _fans(shape)
+    return _normal(shape, math.sqrt(2.0 / (fan_in + fan_out)), seed)
+
+
+def he_normal(*shape, seed=None):
     """He/Kaiming normal for ReLU layers: N(0, 2 / fan_in)."""
     shape = _shape(shape)
-    fan_in, _ = _fans(shape)
-    return _param(backend.as_generator(seed).normal(0.0, math.sqrt(2.0 / fan_in), shape))
+    return _normal(shape, math.sqrt(2.0 / _fans(shape)[0]), seed)
+
+
+def he_uniform(*shape, seed=None):
+    """He/Kaiming uniform for ReLU layers: U(±√(6 / fan_in)) (variance 2 / fan_in)."""
+    shape = _shape(shape)
+    return _uniform(shape, math.sqrt(6.0 / _fans(shape)[0]), seed)
+
+
+def lecun_normal(*shape, seed=None):
+    """LeCun normal: N(0, 1 / fan_in)."""
+    shape = _shape(shape)
+    return _normal(shape, math.sqrt(1.0 / _fans(shape)[0]), seed)
+
+
+def lecun_uniform(*shape, seed=None):
+    """LeCun uniform: U(±√(3 / fan_in)) (variance 1 / fan_in)."""
+    shape = _shape(shape)
+    return _uniform(shape, math.sqrt(3.0 / _fans(shape)[0]), seed)
+
+
+glorot = glorot_uniform
+he = he_normal
+
+
+def orthogonal(*shape, gain=1.0, seed=None):
+    """gain · Q, Q (semi-)orthogonal: the QR factor of a Gaussian matrix, signs fixed so that
+    it is uniformly distributed. The shape is viewed as (shape[0], ∏ shape[1:]); its rows are
+    orthonormal when shape[0] ≤ ∏ shape[1:], else its columns are."""
+    shape = _shape(shape)
+    rows, cols = shape[0], math.prod(shape[1:])
+    a = backend.as_generator(seed).standard_normal((max(rows, cols), min(rows, cols)))
+    q, r = numpy.linalg.qr(a)
+    q *= numpy.where(numpy.diag(r) < 0, -1.0, 1.0)
+    if rows < cols:
+        q = q.T
+    return _param(gain * q.reshape(shape))
+
+
+def identity(*shape, gain=1.0, seed=None):
+    """gain · I: ones on the main diagonal of a 2-D (possibly rectangular) shape, zeros
+    elsewhere (a residual or recurrent weight that starts as the identity map). ``seed`` is
+    accepted for a uniform signature and unused."""
+    shape = _shape(shape)
+    if len(shape) != 2:
+        raise ValueError(f"identity: needs a 2-D shape, got {shape}")
+    return _param(gain * numpy.eye(*shape))
 
 
 def zeros(*shape, seed=None):
     """All zeros (biases). ``seed`` is accepted for a uniform signature and unused."""
-    shape = _shape(shape)
-    return _param(numpy.zeros(shape))
+    return _param(numpy.zeros(_shape(shape)))

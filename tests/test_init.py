@@ -35,3 +35,67 @@ def test_fan_conventions():
 def test_bad_shape():
     with pytest.raises(ValueError, match="shape"):
         nn.glorot(0, 3)
+
+
+ALL = [nn.rand2, nn.gaussian, nn.uniform, nn.glorot_uniform, nn.glorot_normal, nn.he_normal,
+       nn.he_uniform, nn.lecun_normal, nn.lecun_uniform, nn.orthogonal]
+
+
+@pytest.mark.parametrize("init", ALL)
+def test_every_random_initializer_is_seeded(init):
+    a = init(6, 5, seed=3)
+    assert a.shape == (6, 5) and a.dtype == np.float32 and a.requires_grad
+    np.testing.assert_array_equal(a.data, init((6, 5), seed=3).data)
+    nn.seed(11)
+    b = init(6, 5).data
+    nn.seed(11)
+    np.testing.assert_array_equal(b, init(6, 5).data)
+    assert not np.array_equal(init(6, 5, seed=1).data, init(6, 5, seed=2).data)
+
+
+@pytest.mark.parametrize("init, variance", [
+    (nn.glorot_normal, 2 / (300 + 500)), (nn.glorot_uniform, 2 / (300 + 500)),
+    (nn.he_normal, 2 / 300), (nn.he_uniform, 2 / 300),
+    (nn.lecun_normal, 1 / 300), (nn.lecun_uniform, 1 / 300)])
+def test_variances_follow_the_in_out_fan_convention(init, variance):
+    w = init(300, 500, seed=0).data
+    assert w.var() == pytest.approx(variance, rel=0.03)
+    assert abs(w.mean()) < 0.1 * np.sqrt(variance)
+
+
+def test_uniform_limits_and_gaussian_moments():
+    u = nn.uniform(200, 200, low=-0.3, high=0.1, seed=0).data
+    assert u.min() >= -0.3 and u.max() < 0.1 and u.mean() == pytest.approx(-0.1, abs=0.005)
+    g = nn.gaussian(200, 200, std=0.5, mean=1.0, seed=0).data
+    assert g.mean() == pytest.approx(1.0, abs=0.01) and g.std() == pytest.approx(0.5, rel=0.02)
+    limit = np.sqrt(6 / (3 + 4))
+    assert np.abs(nn.glorot_uniform(3, 4, seed=0).data).max() <= limit
+
+
+def test_convolution_kernel_fans():
+    # (out_channels, in_channels, kh, kw): fan_in = 16 * 9
+    w = nn.he_normal(64, 16, 3, 3, seed=0).data
+    assert w.shape == (64, 16, 3, 3) and w.var() == pytest.approx(2 / (16 * 9), rel=0.05)
+    w = nn.glorot_normal(64, 16, 3, 3, seed=0).data
+    assert w.var() == pytest.approx(2 / (16 * 9 + 64 * 9), rel=0.05)
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (3, 7), (7, 3), (4, 2, 3)])
+def test_orthogonal(shape):
+    q = nn.orthogonal(*shape, gain=2.0, seed=0).data.astype(np.float64)
+    flat = q.reshape(shape[0], -1) / 2.0
+    small = min(flat.shape)
+    gram = flat @ flat.T if flat.shape[0] == small else flat.T @ flat
+    np.testing.assert_allclose(gram, np.eye(small), atol=1e-6)
+
+
+def test_identity():
+    np.testing.assert_array_equal(nn.identity(2, 3, gain=0.5).data, [[0.5, 0, 0], [0, 0.5, 0]])
+    with pytest.raises(ValueError, match="identity: needs a 2-D shape"):
+        nn.identity(2, 2, 2)
+
+
+def test_old_names_are_the_same_functions():
+    assert nn.glorot is nn.glorot_uniform and nn.he is nn.he_normal
+    with pytest.raises(ValueError, match="gaussian: std"):
+        nn.gaussian(2, 2, std=-1)
