@@ -1,9 +1,17 @@
-"""Train an MLP on the 8x8 handwritten digits that ship with scikit-learn.
+"""Train an MLP on the 8x8 handwritten digits that ship with scikit-learn, with the Trainer.
 
-    python examples/digits.py
+    python examples/digits.py [output-directory]
 
-Holds out 20 % for testing and ends by printing one line: ``test accuracy: 0.XXXX``.
+Holds out 20 % for testing and 15 % of the rest for validation. Training shows a progress bar
+per epoch, stops early when the validation loss reaches a plateau, keeps the best model in
+``digits-best.npz`` (and, with matplotlib, the loss/accuracy curves in ``digits-curves.png``)
+in the output directory (a new temporary directory by default), and ends by printing one
+line: ``test accuracy: 0.XXXX``.
 """
+import os
+import sys
+import tempfile
+
 import numpy as np
 from sklearn.datasets import load_digits
 
@@ -20,30 +28,47 @@ def load(seed=0):
     return X[:split], y[:split], X[split:], y[split:]
 
 
-def main(epochs=30, batch=64, seed=0):
+def main(out=None, epochs=100, batch=64, seed=0):
     nn.seed(seed)
     X_train, y_train, X_test, y_test = load(seed)
-    W1, b1 = nn.he(64, 128), nn.zeros(128)
-    W2, b2 = nn.he(128, 10), nn.zeros(10)
-    params = [W1, b1, W2, b2]
+    cut = int(0.85 * len(X_train))
+    X_fit, y_fit, X_val, y_val = X_train[:cut], y_train[:cut], X_train[cut:], y_train[cut:]
+    model = {"W1": nn.he(64, 128), "b1": nn.zeros(128), "W2": nn.he(128, 10), "b2": nn.zeros(10)}
 
     def logits(x):
-        return nn.ReLU(x @ W1 + b1) @ W2 + b2
+        return nn.ReLU(x @ model["W1"] + model["b1"]) @ model["W2"] + model["b2"]
 
-    optimizer = nn.Adam(params, lr=0.003)
+    def step(batch):
+        x, y = batch
+        z = logits(nn.NetVar(x, requires_grad=False))
+        return nn.SoftmaxCELoss(z, y), z, y
+
     rng = np.random.default_rng(seed)
-    for epoch in range(epochs):
-        order = rng.permutation(len(X_train))
-        total = 0.0
-        for start in range(0, len(order), batch):
-            rows = order[start:start + batch]
-            x = nn.NetVar(X_train[rows], requires_grad=False)
-            loss = nn.SoftmaxCELoss(logits(x), y_train[rows])
-            loss.back()
-            optimizer.step()
-            total += loss.item() * len(rows)
-        if epoch % 10 == 9:
-            print(f"epoch {epoch + 1}: train loss {total / len(X_train):.4f}")
+
+    def train_batches():          # a fresh shuffle every epoch
+        order = rng.permutation(len(X_fit))
+        return [(X_fit[rows], y_fit[rows])
+                for rows in np.array_split(order, range(batch, len(order), batch))]
+
+    out = out or tempfile.mkdtemp(prefix="nnkit-digits-")
+    os.makedirs(out, exist_ok=True)
+    best_path = os.path.join(out, "digits-best.npz")
+    saver = nn.SaveBest(best_path, metric="val_loss", model=model, restore=True)
+    stopper = nn.EarlyStopping("val_loss", patience=5)
+    hooks = [nn.ProgressBar(), nn.StopOnNaN(), stopper, saver]
+    try:
+        plot = nn.PlotHistory(os.path.join(out, "digits-curves.png"))
+        hooks.append(plot)
+    except ImportError:
+        plot = None                                     # no matplotlib: no curves
+    trainer = nn.Trainer(step, nn.Adam(list(model.values()), lr=0.003), hooks=hooks,
+                         metrics={"accuracy": nn.Accuracy()})
+    history = trainer.fit(train_batches, epochs=epochs, val=[(X_val, y_val)])
+
+    print(f"trained {len(history['epoch'])} epochs; best val_loss "
+          f"{saver.monitor.best:.4f} at epoch {saver.best_epoch}, saved to {best_path}")
+    if plot is not None:
+        print(f"curves saved to {plot.path}")
     with nn.no_grad():
         predicted = logits(nn.NetVar(X_test, requires_grad=False)).data.argmax(axis=1)
     accuracy = float((predicted == y_test).mean())
@@ -52,4 +77,4 @@ def main(epochs=30, batch=64, seed=0):
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:2])

@@ -185,6 +185,9 @@ def _encode_topology(net, params, writer):
 def _atomic_write(path, arrays):
     """Write the .npz to a temporary file next to ``path``, then rename it over ``path``."""
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"save: the directory '{directory}' does not exist")
+    mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
     handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp",
                                          prefix="." + os.path.basename(path) + ".")
     try:
@@ -192,6 +195,7 @@ def _atomic_write(path, arrays):
             numpy.savez(file, **arrays)
             file.flush()
             os.fsync(file.fileno())
+        os.chmod(temporary, mode)       # mkstemp makes it private (0600)
         os.replace(temporary, path)
     except BaseException:
         try:
