@@ -12,7 +12,7 @@ import numpy
 from .. import backend
 from ..core import NetOp, NetVar, constant
 from .activation import sigmoid
-from .arithmetic import _elementwise, _mul, _nodes
+from .arithmetic import _nodes
 
 
 class Loss(NetOp):
@@ -458,12 +458,16 @@ class CosineSimilarity(NetOp):
     def __init__(self, a, b, axis=-1, eps=1e-8):
         a, b = _nodes(a, b)
         xp = backend.array_module(a._data)
-        product = _elementwise("CosineSimilarity", _mul, a, b)
+        try:
+            self.a, self.b = xp.broadcast_arrays(a._data, b._data)
+        except ValueError:
+            raise ValueError(f"CosineSimilarity: cannot broadcast a of shape {tuple(a.shape)} "
+                             f"with b of shape {tuple(b.shape)}") from None
+        product = self.a * self.b
         if not -product.ndim <= axis < product.ndim:
             raise ValueError(f"CosineSimilarity: axis {axis} is out of range for a of shape "
                              f"{tuple(a.shape)} and b of shape {tuple(b.shape)}")
         self.axis = axis % product.ndim
-        self.a, self.b = xp.broadcast_arrays(a._data, b._data)
         self.na = xp.sqrt((self.a * self.a).sum(axis=self.axis, keepdims=True))
         self.nb = xp.sqrt((self.b * self.b).sum(axis=self.axis, keepdims=True))
         self.eps = eps

@@ -7,7 +7,7 @@ Notation: input x (a, b for two inputs), output y, upstream gradient g; [c] is 1
 __all__ = ['Sqrt', 'Abs', 'Clip', 'Where', 'Maximum', 'Minimum', 'Sin', 'Cos']
 from .. import backend
 from ..core import NetOp, NetVar
-from .arithmetic import _elementwise, _nodes
+from .arithmetic import _nodes
 
 
 class Sqrt(NetOp):
@@ -112,7 +112,12 @@ class _Pick(NetOp):
     def __init__(self, a, b):
         a, b = _nodes(a, b)
         xp = backend.array_module(a._data)
-        super().__init__(_elementwise(type(self).__name__, getattr(xp, self.pick), a, b), a, b)
+        try:
+            y = getattr(xp, self.pick)(a._data, b._data)
+        except ValueError:
+            raise ValueError(f"{type(self).__name__}: cannot broadcast a of shape "
+                             f"{tuple(a.shape)} with b of shape {tuple(b.shape)}") from None
+        super().__init__(y, a, b)
 
     def _back(self, a, b):
         dtype = self._g.dtype

@@ -96,3 +96,9 @@ def test_maximum_matches_pytorch(torch, rng):
         reference(tx, ty).backward(torch.tensor(seed))
         np.testing.assert_allclose(x.g, tx.grad.numpy())
         np.testing.assert_allclose(y.g, ty.grad.numpy())
+
+
+def test_maximum_broadcast_error(rng):
+    with pytest.raises(ValueError, match=r"Maximum: cannot broadcast a of shape \(2, 3\) with b "
+                                         r"of shape \(2, 2\)"):
+        nn.Maximum(var64(rng, 2, 3), var64(rng, 2, 2))
