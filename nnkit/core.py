@@ -139,6 +139,8 @@ class detect_anomaly:
 
     The first op whose output, or whose contribution to a parent's gradient, holds a NaN or
     Inf raises AnomalyError naming the op class, its creation index and its input shapes.
+    Ops built in the mode also hash their inputs' data, and back() in the mode re-hashes them:
+    an edit that bypasses the ``.data`` setter (``x.data[i] = v``) raises InplaceEditError.
     Off by default; when off it costs one global load per op.
     """
 
@@ -244,7 +246,7 @@ class NetVar:
     need no gradient). ``requires_grad=False`` marks constants such as inputs and targets.
     """
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
-                 "_version", "_pversion", "name", "__weakref__")
+                 "_version", "_pversion", "name", "_fingerprint", "__weakref__")
     __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
 
     def __init__(self, data, requires_grad=True, dtype=None, name=None):
@@ -531,7 +533,23 @@ def _nonfinite(array):
     return not bool(xp.isfinite(array).all())
 
 
+def _digests(nodes):
+    """Hashes of the nodes' data: detect_anomaly's check for edits that bypass ``.data =``."""
+    return tuple(hash(backend.to_cpu(n._data).tobytes()) for n in nodes)
+
+
+def _check_fingerprint(node):
+    for position, (parent, digest) in enumerate(zip(node._parents, node._fingerprint)):
+        if _digests((parent,))[0] != digest:
+            raise InplaceEditError(
+                f"back(): the data of input {position} of {node._describe()} "
+                f"({parent._describe()}) was edited in place (e.g. x.data[i] = v) after the op "
+                "used it, so its gradient would be wrong (found by detect_anomaly)")
+
+
 def _check_forward(node, parents):
+    if node._parents:
+        node._fingerprint = _digests(node._parents)
     if node._data.dtype.kind not in "fc" or not _nonfinite(node._data):
         return
     if any(getattr(p, "_data", None) is not None and p._data.dtype.kind in "fc"
@@ -551,6 +569,8 @@ def _back_instrumented(nodes, trace):
             continue
         if node._pversion < stamp:
             _check_versions(node)
+        if _anomaly and getattr(node, "_fingerprint", None) is not None:
+            _check_fingerprint(node)
         parents = node._parents
         if trace:
             before = [None if p._g is None else p._g.copy() for p in parents]

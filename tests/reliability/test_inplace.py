@@ -1,0 +1,151 @@
+"""In-place edits of data an op used: back() raises InplaceEditError naming the op and the input
+instead of giving a wrong gradient; the optimizer's own update after back() stays allowed.
+
+Edits through the ``.data`` setter (``w.data = ...``, ``w.data += 1``) and ``mark_edited()`` are
+caught always (a version stamp, checked once per back()). Item assignment on the array
+(``w.data[i] = v``) never reaches NetVar, so it is caught only under ``detect_anomaly()``, which
+hashes each op's inputs when the op is built and again at back().
+"""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from nnkit import core
+
+
+def _graph():
+    rng = np.random.default_rng(0)
+    w = nn.NetVar(rng.standard_normal((3, 2)), name="w")
+    x = nn.NetVar(rng.standard_normal((4, 3)), requires_grad=False, name="x")
+    h = x @ w
+    return w, x, h, nn.Sum(nn.Tanh(h))
+
+
+EDITS = {
+    "assigned an array": lambda node: setattr(node, "data", node.data + 1.0),
+    "assigned a list": lambda node: setattr(node, "data", np.zeros(node.shape).tolist()),
+    "mark_edited": lambda node: node.mark_edited(),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_editing_a_parameter_after_use_raises_naming_the_op_and_input(edit):
+    w, x, h, loss = _graph()
+    EDITS[edit](w)
+    with pytest.raises(nn.InplaceEditError,
+                       match=rf"input 1 of Multiply #{h.index} of shape \(4, 2\) "
+                             rf"\(NetVar 'w' #{w.index} of shape \(3, 2\)\) was changed"):
+        loss.back()
+
+
+def test_plus_equals_on_the_data_attribute_is_an_edit():
+    w, x, h, loss = _graph()
+    w.data += 1.0                 # reads the array, adds in place, assigns back via the setter
+    with pytest.raises(nn.InplaceEditError, match="Multiply"):
+        loss.back()
+
+
+def test_editing_a_constant_input_is_caught_too():
+    w, x, h, loss = _graph()      # w's gradient is xᵀ·g: it needs x as it was
+    x.data = x.data * 2.0
+    with pytest.raises(nn.InplaceEditError, match=r"input 0 of Multiply .*NetVar 'x'"):
+        loss.back()
+
+
+def test_editing_an_intermediate_node_is_caught():
+    w, x, h, loss = _graph()
+    h.data = h.data * 0.0
+    with pytest.raises(nn.InplaceEditError, match=rf"input 0 of Tanh .*Multiply #{h.index}"):
+        loss.back()
+
+
+def test_edits_outside_the_graph_do_not_matter():
+    w, x, h, loss = _graph()
+    other = nn.NetVar(np.ones((2, 2)))
+    side = other * 2.0
+    other.data += 1.0             # `side` is stale, `loss` is not
+    loss.back()
+    assert np.any(w.g != 0)
+    with pytest.raises(nn.InplaceEditError, match="Mul"):
+        side.back()
+
+
+@pytest.mark.parametrize("optimizer", [nn.GD, nn.Adam])
+def test_optimizer_step_after_back_is_allowed_and_a_stale_graph_is_refused(optimizer):
+    w, x, h, loss = _graph()
+    opt = optimizer([w])
+    before = w.data.copy()
+    loss.back()
+    opt.step()                    # the update itself edits w in place: allowed
+    assert not np.array_equal(w.data, before)
+    with pytest.raises(nn.InplaceEditError, match="Multiply"):
+        loss.back()               # the old graph saw the old w
+    for _ in range(5):            # rebuilt graphs train normally
+        loss = nn.Sum(nn.Tanh(x @ w))
+        loss.back()
+        opt.step()
+
+
+def test_a_refused_back_changes_no_gradient():
+    w, x, h, loss = _graph()
+    loss.back()
+    g = w.g.copy()
+    w.mark_edited()
+    with pytest.raises(nn.InplaceEditError):
+        loss.back()
+    np.testing.assert_array_equal(w.g, g)     # the leaf gradient was not touched
+
+
+# ----------------------------------------------------------------------------- item assignment
+
+ITEM_EDITS = {
+    "item": lambda array: array.__setitem__((0, 0), 5.0),
+    "slice times": lambda array: array[1:].__imul__(2.0),
+    "copyto": lambda array: np.copyto(array, array + 1.0),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(ITEM_EDITS))
+def test_item_assignment_is_caught_under_detect_anomaly(edit):
+    with nn.detect_anomaly():
+        w, x, h, loss = _graph()
+        ITEM_EDITS[edit](w.data)
+        with pytest.raises(nn.InplaceEditError,
+                           match=rf"input 1 of Multiply #{h.index} .*NetVar 'w'.* edited in place"):
+            loss.back()
+
+
+def test_item_assignment_to_an_input_or_intermediate_under_detect_anomaly():
+    with nn.detect_anomaly():
+        w, x, h, loss = _graph()
+        x.data[2, 1] = 0.0
+        with pytest.raises(nn.InplaceEditError, match=r"input 0 of Multiply .*NetVar 'x'"):
+            loss.back()
+        w, x, h, loss = _graph()
+        h.data[0] = 1.0
+        with pytest.raises(nn.InplaceEditError, match=r"input 0 of Tanh"):
+            loss.back()
+
+
+def test_detect_anomaly_training_loop_has_no_false_alarm():
+    w, x, h, loss = _graph()
+    opt = nn.Adam([w], lr=0.01)
+    with nn.detect_anomaly():
+        for _ in range(5):
+            loss = nn.Sum(nn.Tanh(x @ w))
+            loss.back()
+            opt.step()
+            w.data[0, 0] = 0.5    # edits between graphs are fine
+        loss = nn.Sum(nn.Tanh(x @ w))
+        w.data[0, 0] = w.data[0, 0]   # same value written back: the gradient is still right
+        loss.back()
+
+
+def test_item_assignment_costs_nothing_outside_detect_anomaly(monkeypatch):
+    def called(*args):
+        raise AssertionError("data was hashed with detect_anomaly off")
+
+    monkeypatch.setattr(core, "_digests", called)
+    w, x, h, loss = _graph()
+    w.data[0, 0] = 5.0            # not seen outside the mode (the documented trade-off)
+    loss.back()
