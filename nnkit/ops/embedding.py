@@ -21,7 +21,7 @@ class Embedding(NetOp):
         if td.ndim != 2:
             raise ValueError(f"Embedding: table must be (V, D), got shape {tuple(td.shape)}")
         xp = backend.array_module(td)
-        idx = indices._data if isinstance(indices, NetVar) else xp.asarray(indices)
+        idx = xp.asarray(indices._data if isinstance(indices, NetVar) else indices)
         if idx.dtype.kind not in "iu":
             raise TypeError(f"Embedding: indices must have an integer dtype, got {idx.dtype} "
                             "(e.g. NetVar(tokens, dtype=int))")

@@ -30,8 +30,8 @@ def _index_part(part, xp):
         if part.dtype.kind not in "biu":
             raise IndexError(f"GetItem: an index NetVar must hold integers or booleans, "
                              f"got dtype {part.dtype} (build it with dtype=int)")
-    elif isinstance(part, list):
-        part = xp.asarray(part)
+    if isinstance(part, list) or (hasattr(part, "dtype") and getattr(part, "ndim", 0)):
+        part = xp.asarray(part)     # lists, and index arrays moved to the data's device
     return part
 
 

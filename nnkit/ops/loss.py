@@ -389,7 +389,7 @@ class NLLLoss(Loss):
         if ld.ndim < 1 or ld.shape[-1] == 0:
             raise ValueError(f"NLLLoss: log-probabilities need a class axis, got shape "
                              f"{tuple(ld.shape)}")
-        td = t._data if isinstance(t, NetVar) else xp.asarray(t)
+        td = xp.asarray(t._data if isinstance(t, NetVar) else t)
         if td.dtype.kind not in "iu":
             raise ValueError(f"NLLLoss: targets must be class indices of an integer dtype, got "
                              f"{td.dtype} (e.g. NetVar(labels, dtype=int))")

@@ -87,7 +87,7 @@ class Where(NetOp):
     def __init__(self, cond, a, b):
         a, b = _nodes(a, b)
         xp = backend.array_module(a._data)
-        cond = cond._data if isinstance(cond, NetVar) else xp.asarray(cond)
+        cond = xp.asarray(cond._data if isinstance(cond, NetVar) else cond)
         self.cond = cond if cond.dtype == bool else cond != 0
         try:
             y = xp.where(self.cond, a._data, b._data)

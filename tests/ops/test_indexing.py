@@ -1,6 +1,7 @@
 """Indexing and joins: values equal NumPy's, gradients scatter back (repeated indices add up)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import nnkit as nn
 from tests.conftest import var64
@@ -127,3 +128,15 @@ def test_broadcast_gradcheck(shapes, rng):
     nn.gradcheck(lambda v: nn.Broadcast(v, shapes[1]), x)
     with pytest.raises(ValueError, match=r"Broadcast: cannot broadcast x of shape"):
         x.broadcast_to((7, 7, 7))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=12))
+def test_getitem_gradient_is_a_one_hot_product(rows):
+    """Property: for any index list (repeats included), dx = onehot(rows)ᵀ · g."""
+    x = nn.NetVar(np.arange(10.0).reshape(5, 2))
+    g = np.random.default_rng(len(rows)).standard_normal((len(rows), 2))
+    y = x[rows]
+    np.testing.assert_array_equal(y.data, x.data[rows])
+    y.back(g)
+    np.testing.assert_allclose(x.g, np.eye(5)[rows].T @ g)
