@@ -6,9 +6,9 @@ import math
 import numpy
 
 from .. import backend
-from ..core import NetVar, constant, get_dtype
-from ..ops import embedding as _embedding
+from ..core import NetVar, get_dtype
 from ..ops.arithmetic import Add, Multiply
+from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
 
 _GATES = {'rnn': 1, 'lstm': 4, 'gru': 3}
@@ -97,14 +97,7 @@ class SequenceModel:
         if getattr(tokens, "ndim", 0) != 2:
             raise ValueError(f"SequenceModel: token ids must be (T, B), got shape "
                              f"{tuple(getattr(tokens, 'shape', ()))}")
-        lookup = getattr(_embedding, "Embedding", None)
-        if lookup is not None:
-            return lookup(tokens, self.table)
-        xp = backend.array_module(self.table._data)         # one-hot rows times the table
-        V = self.table._data.shape[0]
-        one_hot = xp.zeros(tokens.shape + (V,), dtype=self.table._data.dtype)
-        one_hot.reshape(-1, V)[xp.arange(tokens.size), xp.asarray(tokens).reshape(-1)] = 1
-        return Multiply(constant(one_hot), self.table)
+        return Embedding(tokens, self.table)
 
     def __call__(self, x, lengths=None, state=None):
         """Logits (T, B, outputs) with ``per_step``, else (B, outputs)."""
