@@ -1,5 +1,7 @@
 """Losses. Each returns a (1, 1) node and scales its gradient by the upstream gradient g.
 
+CosineSimilarity, kept here because it is mostly used inside losses, returns one value per vector.
+
 Notation: prediction p (logits z), target t, B = number of rows (for an array of shape
 (..., n): its size / n, i.e. shape[0] for a matrix). A target may be a NetVar or a plain array;
 it gets a gradient only when it is a NetVar that requires one.

@@ -144,9 +144,9 @@ class LogSumExp(NetOp):
 
 
 class Var(NetOp):
-    """Variance over ``axis`` (all axes when None), as ``numpy.var`` (``ddof=1``: unbiased).
+    """Variance over ``axis`` (all axes when None), as ``numpy.var`` (``x.var(axis)``).
 
-    ``x.var(axis)``; the default ddof=0 divides by n, as NumPy.
+    ddof=0 (the default) divides by n, as NumPy; ddof=1 gives the unbiased estimate.
 
     y = Σ_axis (x − x̄)² / (n − ddof),   x̄ = mean_axis x
     dx = expand(g) · 2 (x − x̄) / (n − ddof)
