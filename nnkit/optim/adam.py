@@ -15,16 +15,13 @@ class Adam(Optimizer):
     becomes RMSProp (with bias correction).
     """
     options = ("lr", "momentum", "rms", "eps")
+    unit_interval = ("momentum", "rms")
 
     def __init__(self, params, lr=0.001, momentum=0.9, rms=0.999, eps=1e-8, modifiers=()):
         self.momentum = momentum
         self.rms = rms
         self.eps = eps
         super().__init__(params, lr, modifiers)
-
-    def _check_options(self, options):
-        super()._check_options(options)
-        self._check_unit_interval(options, "momentum", "rms")
 
     def _update(self, p, g, state):
         xp = backend.array_module(p._data)

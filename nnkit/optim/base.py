@@ -33,6 +33,7 @@ class Optimizer:
     device.
     """
     options = ("lr",)      # the constructor's hyperparameters, in order
+    unit_interval = ()     # those of them that must lie in [0, 1)
 
     def __init__(self, params, lr, modifiers=()):
         """Subclasses set their other options as attributes before calling this."""
@@ -89,9 +90,7 @@ class Optimizer:
                 what = "learning rate" if key == "lr" else key
                 raise ValueError(f"{type(self).__name__}: {what} must be >= 0, "
                                  f"got {options[key]}")
-
-    def _check_unit_interval(self, options, *names):
-        for key in names:
+        for key in self.unit_interval:
             if key in options and not 0 <= options[key] < 1:
                 raise ValueError(f"{type(self).__name__}: {key} must be in [0, 1), "
                                  f"got {options[key]}")

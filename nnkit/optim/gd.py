@@ -13,14 +13,11 @@ class GD(Optimizer):
     ``momentum`` is β ∈ [0, 1); with β = 0 this is plain gradient descent.
     """
     options = ("lr", "momentum")
+    unit_interval = ("momentum",)
 
     def __init__(self, params, lr=0.1, momentum=0.9, modifiers=()):
         self.momentum = momentum
         super().__init__(params, lr, modifiers)
-
-    def _check_options(self, options):
-        super()._check_options(options)
-        self._check_unit_interval(options, "momentum")
 
     def _update(self, p, g, state):
         beta = self.momentum

@@ -14,14 +14,11 @@ class Nesterov(Optimizer):
     with no dampening.
     """
     options = ("lr", "momentum")
+    unit_interval = ("momentum",)
 
     def __init__(self, params, lr=0.01, momentum=0.9, modifiers=()):
         self.momentum = momentum
         super().__init__(params, lr, modifiers)
-
-    def _check_options(self, options):
-        super()._check_options(options)
-        self._check_unit_interval(options, "momentum")
 
     def _update(self, p, g, state):
         v = state.get("v")

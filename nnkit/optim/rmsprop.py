@@ -14,15 +14,12 @@ class RMSProp(Optimizer):
     the bias-corrected variant). Equals PyTorch's ``RMSprop`` with ``alpha=rms``.
     """
     options = ("lr", "rms", "eps")
+    unit_interval = ("rms",)
 
     def __init__(self, params, lr=0.01, rms=0.99, eps=1e-8, modifiers=()):
         self.rms = rms
         self.eps = eps
         super().__init__(params, lr, modifiers)
-
-    def _check_options(self, options):
-        super()._check_options(options)
-        self._check_unit_interval(options, "rms")
 
     def _update(self, p, g, state):
         xp = backend.array_module(p._data)
