@@ -1,30 +1,33 @@
 """W1 (per-op overhead of a chain of tiny ops) and W5 (a 20,000-step unrolled chain)."""
 import statistics
-import time
 
 import numpy as np
 
 import nnkit as nn
 
+from . import harness
 from .harness import Row, check_close, interleaved, optional_torch
 
 KINDS = ("add", "mul", "tanh")
 
 
 def tiny_chain(rounds, ops=1000, number=20):
-    """W1: add, mul, tanh repeated on shape (4,), forward + backward; µs per op."""
-    rng = np.random.default_rng(0)
-    x0 = rng.standard_normal(4).astype(np.float32)
-    a0 = np.full(4, 0.1, np.float32)
-    b0 = np.full(4, 0.9, np.float32)
-    kinds = [KINDS[i % 3] for i in range(ops)]
+    """W1: x + a, · b, tanh repeated on shape (4,), forward + backward; µs per op.
 
-    x = nn.NetVar(x0)                                   # a (1, 4) row, as nnkit stores vectors
-    a = nn.NetVar(a0, requires_grad=False)
-    b = nn.NetVar(b0, requires_grad=False)
+    a and b are parameters shared by every step, so each backward step also adds into their
+    gradients (as the weights of a network do).
+    """
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal((1, 4)).astype(np.float32)     # a (1, 4) row, as nnkit stores (4,)
+    a0 = np.full((1, 4), 0.1, np.float32)
+    b0 = np.full((1, 4), 0.9, np.float32)
+    kinds = [KINDS[i % 3] for i in range(ops)]
+    x, a, b = nn.NetVar(x0), nn.NetVar(a0), nn.NetVar(b0)
 
     def nnkit_step():
         x.reset()
+        a.reset()
+        b.reset()
         h = x
         for kind in kinds:
             if kind == "add":
@@ -34,39 +37,40 @@ def tiny_chain(rounds, ops=1000, number=20):
             else:
                 h = nn.Tanh(h)
         h.back()
-        return x.g
-
-    xd, ad, bd = x0.reshape(1, 4), a0.reshape(1, 4), b0.reshape(1, 4)
+        return [x.g, a.g, b.g]
 
     def numpy_step():
-        h, saved = xd, []
+        h, saved = x0, []
         for kind in kinds:
             if kind == "add":
-                h = h + ad
+                h = h + a0
             elif kind == "mul":
-                h = h * bd
+                saved.append(h)
+                h = h * b0
             else:
                 h = np.tanh(h)
                 saved.append(h)
-        g = np.ones_like(h)
+        g, ga, gb = np.ones_like(h), np.zeros_like(a0), np.zeros_like(b0)
         for kind in reversed(kinds):
-            if kind == "mul":
-                g = g * bd
-            elif kind == "tanh":
+            if kind == "add":
+                ga += g
+            elif kind == "mul":
+                gb += g * saved.pop()
+                g = g * b0
+            else:
                 y = saved.pop()
                 g = g * (1 - y * y)
-        return g
+        return [g, ga, gb]
 
     contenders = {"nnkit": nnkit_step, "numpy": numpy_step}
-    reference = [numpy_step()]
-    check_close("W1", [nnkit_step()], reference)
+    reference = numpy_step()
+    check_close("W1", nnkit_step(), reference)
     torch = optional_torch()
     if torch is not None:
-        xt = torch.tensor(xd, requires_grad=True)
-        at, bt = torch.tensor(ad), torch.tensor(bd)
+        xt, at, bt = (torch.tensor(v, requires_grad=True) for v in (x0, a0, b0))
 
         def torch_step():
-            xt.grad = None
+            xt.grad = at.grad = bt.grad = None
             h = xt
             for kind in kinds:
                 if kind == "add":
@@ -76,9 +80,9 @@ def tiny_chain(rounds, ops=1000, number=20):
                 else:
                     h = torch.tanh(h)
             h.backward(torch.ones_like(h))
-            return xt.grad
+            return [xt.grad, at.grad, bt.grad]
 
-        check_close("W1 (PyTorch)", [torch_step().numpy()], reference)
+        check_close("W1 (PyTorch)", [v.numpy() for v in torch_step()], reference)
         contenders["torch"] = torch_step
     times = interleaved(contenders, rounds, number)
     return [Row("W1 chain of 1,000 tiny ops, fwd+bwd", "µs/op", 1e6 / ops, times, target=2.0)]
@@ -159,11 +163,11 @@ def long_chain(rounds, steps=(5000, 20000), batch=4, hidden=16):
         order = list(runs.items())
         for n in steps:
             for name, (forward, backward) in (order if round_number % 2 == 0 else order[::-1]):
-                start = time.perf_counter()
+                start = harness.clock()
                 holder = forward(n)
-                middle = time.perf_counter()
+                middle = harness.clock()
                 backward(holder)
-                end = time.perf_counter()
+                end = harness.clock()
                 times[n][name][0].append(middle - start)
                 times[n][name][1].append(end - middle)
     small, large = steps

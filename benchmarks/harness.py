@@ -5,13 +5,27 @@ import time
 import numpy as np
 
 
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = time.process_time
+
+
+def use_clock(name):
+    """Time with ``"cpu"`` (this process's CPU time, the default) or ``"wall"`` time.
+
+    CPU time leaves out the time other processes hold the cores, which on a shared 2-core
+    machine swings wall times several-fold; with one BLAS thread the two agree when idle.
+    """
+    global clock
+    clock = CLOCKS[name]
+
+
 def seconds_per_call(function, number):
-    """Mean wall time of ``function()`` over ``number`` calls (garbage collector left on, as
-    a user runs it)."""
-    start = time.perf_counter()
+    """Mean time of ``function()`` over ``number`` calls (garbage collector left on, as a
+    user runs it)."""
+    start = clock()
     for _ in range(number):
         function()
-    return (time.perf_counter() - start) / number
+    return (clock() - start) / number
 
 
 def interleaved(contenders, rounds, number):

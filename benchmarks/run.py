@@ -34,7 +34,7 @@ if __package__ in (None, ""):          # `python benchmarks/run.py` from the rep
 import numpy as np  # noqa: E402
 
 from benchmarks import chain, gpu, mlp, rnn  # noqa: E402
-from benchmarks.harness import optional_torch, table  # noqa: E402
+from benchmarks.harness import optional_torch, table, use_clock  # noqa: E402
 
 WORKLOADS = {
     "W1": lambda rounds: chain.tiny_chain(rounds),
@@ -54,17 +54,21 @@ def main(argv=None):
     parser.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W3")
     parser.add_argument("--threads", type=int, default=int(THREADS),
                         help="BLAS and PyTorch threads (default 1)")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="process CPU time (default; robust on a shared machine) or wall time")
     args = parser.parse_args(argv)
     chosen = [w.strip().upper() for w in args.only.split(",") if w.strip()] or list(WORKLOADS)
     unknown = [w for w in chosen if w not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    use_clock(args.clock)
     torch = optional_torch()
     if torch is not None:
         torch.set_num_threads(args.threads)
     print(f"Python {platform.python_version()}, NumPy {np.__version__}, "
           f"PyTorch {torch.__version__ if torch else 'not installed'}, "
-          f"{os.cpu_count()} CPUs, {args.threads} BLAS thread(s), {args.rounds} rounds")
+          f"{os.cpu_count()} CPUs, {args.threads} BLAS thread(s), "
+          f"{args.clock} time, {args.rounds} rounds")
     rows = []
     for name in chosen:
         start = time.perf_counter()

@@ -7,6 +7,7 @@ before their children, so descending index is a reverse topological order) and c
 ``_back`` exactly once, after all of its consumers have contributed to its gradient.
 """
 import itertools
+import operator
 import threading
 
 import numpy
@@ -311,13 +312,13 @@ class NetVar:
             return
         if g.shape != self._data.shape:
             g = unbroadcast(g, self._data.shape)
-        if self._g is None:
+        if self._g is None:       # the first contribution: kept, not copied (it may be shared)
             self._g = g
             self._gshared = True
-        elif self._gshared:
+        elif self._gshared:       # a second one: a new array that this node owns ...
             self._g = self._g + g
             self._gshared = False
-        else:
+        else:                     # ... into which later ones are added in place
             self._g += g
 
     def reset(self):
@@ -349,9 +350,7 @@ class NetVar:
             if seed.shape != self._data.shape:
                 raise ValueError(f"back(): seed gradient of shape {seed.shape} does not match "
                                  f"the node's shape {self._data.shape}")
-        nodes = _reverse_topological(self)
-        for node in nodes:
-            node._g = None
+        nodes = _reverse_topological(self, clear=True)
         self.accumulate(seed)
         self._gshared = True       # the seed may be the caller's array: never edit it in place
         if trace or _anomaly:
@@ -497,26 +496,32 @@ def _as_op_array(data):
 
 # ----------------------------------------------------------------------------- engine internals
 
-def _reverse_topological(root):
-    """The op nodes reachable from ``root`` (itself included), children before parents."""
+def _reverse_topological(root, clear=False):
+    """The op nodes reachable from ``root`` (itself included), children before parents.
+
+    With ``clear``, each node's gradient is forgotten as it is collected (back() recomputes
+    op-node gradients), which saves a second pass over the graph.
+    """
     if not root._parents:
         return []
     seen = {root}
     stack = [root]
     nodes = []
+    visit, push, collect = seen.add, stack.append, nodes.append   # bound once: a hot loop
     while stack:
         node = stack.pop()
-        nodes.append(node)
+        if clear:
+            node._g = None
+        collect(node)
         for parent in node._parents:
             if parent._parents and parent not in seen:
-                seen.add(parent)
-                stack.append(parent)
+                visit(parent)
+                push(parent)
     nodes.sort(key=_creation_index, reverse=True)
     return nodes
 
 
-def _creation_index(node):
-    return node._index
+_creation_index = operator.attrgetter("_index")     # a C-level sort key: no Python call per node
 
 
 def _check_versions(node):

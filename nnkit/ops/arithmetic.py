@@ -1,10 +1,16 @@
 """Arithmetic: matrix product, elementwise + − × ÷, negation, powers, exp and log.
 
 Elementwise ops broadcast as NumPy does and sum each gradient back to its input's shape.
+These ops call ``NetOp.__init__(self, ...)`` rather than ``super().__init__(...)``: on
+Python 3.11 the super() lookup costs ~0.1 µs, a tenth of a tiny op's whole budget.
+A ``_back`` tests ``requires_grad`` before computing or passing a parent's gradient: constants
+(a bias-free operand, a scalar) then cost no call and no array at all.
 Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient g.
 """
 
 __all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log']
+import operator
+
 from .. import backend
 from ..core import NetOp, NetVar, constant
 
@@ -18,9 +24,15 @@ def _nodes(a, b):
     return a, b
 
 
-def _elementwise(op, function, a, b):
+def _binary(op, function, a, b):
+    """``(a, b, function(a, b))`` on the operands' data, as nodes, with errors naming the op.
+
+    One helper for conversion and computation: it sits on the path of every + − × ÷.
+    """
+    if not isinstance(a, NetVar) or not isinstance(b, NetVar):
+        a, b = _nodes(a, b)
     try:
-        return function(a._data, b._data)
+        return a, b, function(a._data, b._data)
     except ValueError:
         raise ValueError(f"{op}: cannot broadcast {tuple(a.shape)} with {tuple(b.shape)}") \
             from None
@@ -29,20 +41,12 @@ def _elementwise(op, function, a, b):
         raise
 
 
-def _add(p, q):
-    return p + q
+def _elementwise(op, function, a, b):
+    """``function(a, b)`` on the data of two nodes, with errors naming the op."""
+    return _binary(op, function, a, b)[2]
 
 
-def _sub(p, q):
-    return p - q
-
-
-def _mul(p, q):
-    return p * q
-
-
-def _div(p, q):
-    return p / q
+_mul = operator.mul
 
 
 class Multiply(NetOp):
@@ -68,7 +72,7 @@ class Multiply(NetOp):
         except TypeError:
             backend.check_same_device("Multiply", xd, wd)
             raise
-        super().__init__(y, x, w)
+        NetOp.__init__(self, y, x, w)
 
     def _back(self, x, w):
         g = self._g
@@ -92,12 +96,14 @@ class Add(NetOp):
     """
 
     def __init__(self, a, b):
-        a, b = _nodes(a, b)
-        super().__init__(_elementwise("Add", _add, a, b), a, b)
+        a, b, y = _binary("Add", operator.add, a, b)
+        NetOp.__init__(self, y, a, b)
 
     def _back(self, a, b):
-        a.accumulate(self._g)
-        b.accumulate(self._g)
+        if a.requires_grad:
+            a.accumulate(self._g)
+        if b.requires_grad:
+            b.accumulate(self._g)
 
 
 class Sub(NetOp):
@@ -108,11 +114,12 @@ class Sub(NetOp):
     """
 
     def __init__(self, a, b):
-        a, b = _nodes(a, b)
-        super().__init__(_elementwise("Sub", _sub, a, b), a, b)
+        a, b, y = _binary("Sub", operator.sub, a, b)
+        NetOp.__init__(self, y, a, b)
 
     def _back(self, a, b):
-        a.accumulate(self._g)
+        if a.requires_grad:
+            a.accumulate(self._g)
         if b.requires_grad:
             b.accumulate(-self._g)
 
@@ -125,8 +132,8 @@ class Mul(NetOp):
     """
 
     def __init__(self, a, b):
-        a, b = _nodes(a, b)
-        super().__init__(_elementwise("Mul", _mul, a, b), a, b)
+        a, b, y = _binary("Mul", operator.mul, a, b)
+        NetOp.__init__(self, y, a, b)
 
     def _back(self, a, b):
         g = self._g
@@ -144,8 +151,8 @@ class Div(NetOp):
     """
 
     def __init__(self, a, b):
-        a, b = _nodes(a, b)
-        super().__init__(_elementwise("Div", _div, a, b), a, b)
+        a, b, y = _binary("Div", operator.truediv, a, b)
+        NetOp.__init__(self, y, a, b)
 
     def _back(self, a, b):
         g_over_b = self._g / b._data
@@ -163,7 +170,7 @@ class Neg(NetOp):
     """
 
     def __init__(self, x):
-        super().__init__(-x._data, x)
+        NetOp.__init__(self, -x._data, x)
 
     def _back(self, x):
         x.accumulate(-self._g)
@@ -185,7 +192,7 @@ class Pow(NetOp):
             raise TypeError(f"Pow: the exponent must be a number, got {type(p).__name__}") \
                 from None
         self.p = p
-        super().__init__(x._data ** (int(p) if p == int(p) else p), x)
+        NetOp.__init__(self, x._data ** (int(p) if p == int(p) else p), x)
 
     def _back(self, x):
         p = self.p
@@ -203,7 +210,7 @@ class Exp(NetOp):
     """
 
     def __init__(self, x):
-        super().__init__(backend.array_module(x._data).exp(x._data), x)
+        NetOp.__init__(self, backend.array_module(x._data).exp(x._data), x)
 
     def _back(self, x):
         x.accumulate(self._g * self._data)
@@ -217,7 +224,7 @@ class Log(NetOp):
     """
 
     def __init__(self, x):
-        super().__init__(backend.array_module(x._data).log(x._data), x)
+        NetOp.__init__(self, backend.array_module(x._data).log(x._data), x)
 
     def _back(self, x):
         x.accumulate(self._g / x._data)
