@@ -151,7 +151,7 @@ class Trainer:
                 break
             if val is not None:
                 logs.update({f"val_{key}": value for key, value in
-                             self.evaluate(_fresh(val, "val", self.epoch)).items()})
+                             self.evaluate(val).items()})
             self.logs = logs
             self._call("on_epoch_end", logs)
             if self.stop_reason is not None:
@@ -208,7 +208,7 @@ class Trainer:
 
 def _fresh(batches, name, epoch):
     if callable(batches):
-        batches = batches()
+        return batches()
     if iter(batches) is batches and epoch > 1:
         raise TypeError(f"Trainer.fit: {name} is an iterator, which is exhausted after one "
                         "epoch; pass a list or a function returning a fresh iterable")

@@ -55,13 +55,14 @@ def test_training_reduces_the_loss_and_callable_batches_reshuffle():
     rng = np.random.default_rng(0)
     seen = []
 
-    def batches():
+    def batches():              # a generator function: a fresh generator each epoch
         order = rng.permutation(len(x))
         seen.append(order[0])
-        return _batches(x[order], y[order])
+        yield from _batches(x[order], y[order])
 
-    history = nn.Trainer(step, nn.Adam(params, lr=0.05)).fit(batches, epochs=15)
-    assert len(seen) == 15 and len(set(seen)) > 1
+    history = nn.Trainer(step, nn.Adam(params, lr=0.05)).fit(
+        batches, epochs=15, val=lambda: iter(_batches(x, y)))
+    assert len(seen) == 15 and len(set(seen)) > 1 and len(history["val_loss"]) == 15
     assert history["loss"][-1] < 0.5 * history["loss"][0]
 
 
