@@ -55,7 +55,11 @@ def main(out=None, epochs=100, batch=64, seed=0):
     best_path = os.path.join(out, "digits-best.npz")
     saver = nn.SaveBest(best_path, metric="val_loss", model=model, restore=True)
     stopper = nn.EarlyStopping("val_loss", patience=5)
-    hooks = [nn.ProgressBar(), nn.StopOnNaN(), stopper, saver]
+    hooks = [nn.StopOnNaN(), stopper, saver]
+    try:
+        hooks.append(nn.ProgressBar())
+    except ImportError:
+        print("(install tqdm to see a progress bar)")
     try:
         plot = nn.PlotHistory(os.path.join(out, "digits-curves.png"))
         hooks.append(plot)
