@@ -57,7 +57,7 @@ def main(out=None, epochs=100, batch=64, seed=0):
     stopper = nn.EarlyStopping("val_loss", patience=5)
     hooks = [nn.StopOnNaN(), stopper, saver]
     try:
-        hooks.append(nn.ProgressBar())
+        hooks.insert(0, nn.ProgressBar())      # first, so it ends its line before messages
     except ImportError:
         print("(install tqdm to see a progress bar)")
     try:
