@@ -259,3 +259,18 @@ def test_gpu_checkpoint_loads_into_numpy(path):
     assert isinstance(cpu.vars[0].data, np.ndarray)
     assert isinstance(cpu_opt.state[0]["m"], np.ndarray)
     np.testing.assert_array_equal(cpu.vars[0].data, net.vars[0].numpy())
+
+
+def test_optimizer_groups_and_options_round_trip(path):
+    net = _net()
+    weights, biases = net.vars[0::2], net.vars[1::2]
+    opt = nn.AdamW([{"params": weights}, {"params": biases, "weight_decay": 0.0}], lr=0.02)
+    _train(net, opt, 2)
+    opt.lr = 0.005
+    nn.save(path, net, optimizer=opt)
+    again = _net(1)
+    resumed = nn.AdamW([{"params": again.vars[0::2]},
+                        {"params": again.vars[1::2], "weight_decay": 0.3}], lr=1.0)
+    nn.load(path, again, optimizer=resumed)
+    assert resumed.lr == 0.005 and resumed.param_groups[1]["weight_decay"] == 0.0
+    assert resumed.state[1]["t"] == 2 and isinstance(resumed.state[1]["t"], int)
