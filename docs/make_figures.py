@@ -11,22 +11,25 @@ import sys
 import nnkit as nn
 
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def code1():
+    """The article's Code 1, run from examples/article.py as written: its nodes by name."""
+    source = (ROOT / "examples" / "article.py").read_text().split("# ---- Code 4")[0]
+    namespace = {"print": lambda *args, **kwargs: None}
+    exec(compile(source, "examples/article.py", "exec"), namespace)
+    return {name: node for name, node in namespace.items() if isinstance(node, nn.NetVar)}
+
+
 def article_graph():
-    """The article's Code 1, softmax input scaled by 0.01, and a loss against class 0."""
-    x = nn.NetVar([1, 2])
-    w1 = nn.NetVar([[3, 4, 5], [6, 7, 8]])
-    b1 = nn.NetVar([1, 2, 3])
-    w2 = nn.NetVar([[1, 2, 3], [3, 4, 5], [6, 7, 8]])
-    b2 = nn.NetVar([1, 2, 3])
-    mul1 = nn.Multiply(x, w1)
-    add1 = nn.Add(mul1, b1)
-    relu1 = nn.ReLU(add1)
-    mul2 = nn.Multiply(relu1, w2)
-    add2 = nn.Add(mul2, b2)
-    probs = nn.SoftMax(add2 * 0.01)
-    target = nn.NetVar([1, 0, 0], requires_grad=False)
-    loss = nn.CELoss(probs, target)
-    return loss, locals()
+    """Code 1 with its softmax input scaled by 0.01 and a loss against class 0."""
+    nodes = code1()
+    del nodes["smax2"]                     # not an input of the loss
+    nodes["probs"] = nn.SoftMax(nodes["add2"] * 0.01)
+    nodes["target"] = nn.NetVar([1, 0, 0], requires_grad=False)
+    nodes["loss"] = nn.CELoss(nodes["probs"], nodes["target"])
+    return nodes["loss"], nodes
 
 
 def main(folder):
@@ -43,4 +46,4 @@ def main(folder):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent / "img")
+    main(sys.argv[1] if len(sys.argv) > 1 else ROOT / "docs" / "img")

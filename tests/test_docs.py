@@ -1,5 +1,4 @@
 """The API reference covers every public name, and every public name has a docstring."""
-import importlib.util
 import inspect
 import pathlib
 import re
@@ -8,6 +7,7 @@ import shutil
 import pytest
 
 import nnkit
+from tests.test_viz import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Public callables that had no docstring when this test was written (their modules belong to
@@ -16,10 +16,7 @@ KNOWN_UNDOCUMENTED = {"gpu_available", "is_grad_enabled", "is_training"}
 
 
 def load_hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    return hooks
+    return load_script("docs/hooks.py")
 
 
 def public_callables():
@@ -65,19 +62,14 @@ def test_hook_expands_markers():
 def test_docstring_escaping():
     griffe = pytest.importorskip("griffe")
     assert griffe
-    spec = importlib.util.spec_from_file_location("plain", ROOT / "docs" / "griffe_plain.py")
-    plain = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plain)
+    plain = load_script("docs/griffe_plain.py")
     assert plain.plain("x[t, b] = a * b_t <0 ``x[t]``") == \
         r"x\[t, b\] = a \* b\_t &lt;0 ``x[t]``"
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is not installed")
 def test_make_figures(tmp_path):
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "docs" / "make_figures.py")
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
-    paths = figures.main(tmp_path)
+    paths = load_script("docs/make_figures.py").main(tmp_path)
     svg = paths[0].read_text()
     assert svg.count('class="node"') == 15 and svg.count('class="edge"') == 14
     assert ">w1<" in svg and "g = [[0.014" in svg

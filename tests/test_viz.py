@@ -1,4 +1,6 @@
 """Graph pictures: the DOT text of the article's Code 1, SVG/PNG through `dot`, node tables."""
+import importlib.util
+import pathlib
 import re
 import shutil
 
@@ -8,25 +10,23 @@ import pytest
 import nnkit as nn
 from nnkit import viz
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="Graphviz's `dot` is not installed (apt-get install graphviz)")
 
 
+def load_script(relative):
+    """A script of this repository (docs/, examples/) as a module."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def code1():
-    """The article's Code 1, returning its nodes by name."""
-    x = nn.NetVar([1, 2])
-    w1 = nn.NetVar([[3, 4, 5], [6, 7, 8]])
-    b1 = nn.NetVar([1, 2, 3])
-    w2 = nn.NetVar([[1, 2, 3], [3, 4, 5], [6, 7, 8]])
-    b2 = nn.NetVar([1, 2, 3])
-    mul1 = nn.Multiply(x, w1)
-    add1 = nn.Add(mul1, b1)
-    relu1 = nn.ReLU(add1)
-    mul2 = nn.Multiply(relu1, w2)
-    add2 = nn.Add(mul2, b2)
-    smax2 = nn.SoftMax(add2)
-    return dict(x=x, w1=w1, b1=b1, w2=w2, b2=b2, mul1=mul1, add1=add1, relu1=relu1, mul2=mul2,
-                add2=add2, smax2=smax2)
+    """The article's Code 1 (from examples/article.py), returning its nodes by name."""
+    return load_script("docs/make_figures.py").code1()
 
 
 def parse(source):
@@ -192,3 +192,17 @@ def test_node_html_table():
     page = w._repr_html_()
     assert ">g<" in page and "[[3., 3.]]" in page
     assert "op, needs gradient" in y._repr_html_()
+
+
+def test_fused_recurrent_layer_is_one_node(rng):
+    if not hasattr(nn, "RNN"):
+        pytest.skip("nnkit.ops.recurrent has no RNN yet")
+    x = nn.NetVar(rng.standard_normal((5, 2, 3)), requires_grad=False)
+    W, R, b = (nn.NetVar(rng.standard_normal(s)) for s in ((3, 4), (4, 4), (4,)))
+    y = nn.RNN(x, W, R, b)
+    source = nn.draw(y.sum()).source
+    nodes, edges = parse(source)
+    inputs = len(y.parents)                                # x, W, R, b (and an initial state)
+    assert len(nodes) == inputs + 2 and len(edges) == inputs + 1     # one RNN node, one Sum
+    assert nodes[f"n{y.index}"].startswith("RNN  T=5\\n(5, 2, 4)")
+    assert 'shape="box3d"' in next(l for l in source.splitlines() if f"  n{y.index} [" in l)
