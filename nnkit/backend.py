@@ -6,6 +6,7 @@ or a GPU move is requested; without it everything runs on NumPy.
 """
 import numpy
 
+_ndarray = numpy.ndarray
 _cupy = None          # the cupy module once imported, False when unavailable
 _rng = numpy.random.default_rng()
 _gpu_rngs = {}
@@ -30,6 +31,8 @@ def gpu_available():
 
 def array_module(array):
     """The module (``numpy`` or ``cupy``) whose functions compute on ``array``."""
+    if type(array) is _ndarray:          # the common case first: every op asks
+        return numpy
     if isinstance(array, numpy.ndarray) or numpy.isscalar(array):
         return numpy
     cp = cupy_module()

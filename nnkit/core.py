@@ -27,6 +27,10 @@ class _State(threading.local):
 
 
 _state = _State()
+# How many grad-off blocks are open in all threads together. While it is 0, grad mode is on in
+# every thread and NetOp skips the thread-local read (a third of a tiny op's bookkeeping).
+_grad_off = 0
+_grad_off_lock = threading.Lock()
 
 
 class InplaceEditError(RuntimeError):
@@ -64,11 +68,19 @@ class _Switch:
     def __enter__(self):
         self._saved.append(getattr(_state, self.attribute))
         setattr(_state, self.attribute, self.value)
+        self._count_grad_off(1)
         return self
 
     def __exit__(self, *exc):
         setattr(_state, self.attribute, self._saved.pop())
+        self._count_grad_off(-1)
         return False
+
+    def _count_grad_off(self, step):
+        global _grad_off
+        if self.attribute == "grad" and not self.value:
+            with _grad_off_lock:
+                _grad_off += step
 
     def __call__(self, function):
         def wrapped(*args, **kwargs):
@@ -310,16 +322,22 @@ class NetVar:
         """
         if not self.requires_grad:
             return
+        if self._g is not None and not self._gshared:
+            # Later contributions go in place into the array this node owns. NumPy raises for a
+            # g that must be summed first, so the common case pays for no shape comparison.
+            try:
+                self._g += g
+            except ValueError:
+                self._g += unbroadcast(g, self._data.shape)
+            return
         if g.shape != self._data.shape:
             g = unbroadcast(g, self._data.shape)
         if self._g is None:       # the first contribution: kept, not copied (it may be shared)
             self._g = g
             self._gshared = True
-        elif self._gshared:       # a second one: a new array that this node owns ...
+        else:                     # the second: a new array, which this node owns
             self._g = self._g + g
             self._gshared = False
-        else:                     # ... into which later ones are added in place
-            self._g += g
 
     def reset(self):
         """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
@@ -470,15 +488,15 @@ class NetOp(NetVar):
         self._index = next(_counter)
         self._version = 0
         self.name = None
-        self._parents = ()
-        self.requires_grad = False
-        if _state.grad:
-            for parent in parents:
-                if parent.requires_grad:
-                    self.requires_grad = True
-                    self._parents = parents
-                    self._pversion = _edits
-                    break
+        for parent in parents:
+            if parent.requires_grad and (not _grad_off or _state.grad):
+                self.requires_grad = True
+                self._parents = parents
+                self._pversion = _edits
+                break
+        else:
+            self.requires_grad = False
+            self._parents = ()
         if _anomaly:
             _check_forward(self, parents)
 

@@ -67,7 +67,7 @@ class Tanh(NetOp):
     """
 
     def __init__(self, x):
-        super().__init__(backend.array_module(x._data).tanh(x._data), x)
+        NetOp.__init__(self, backend.array_module(x._data).tanh(x._data), x)   # no super(): hot
 
     def _back(self, x):
         y = self._data
