@@ -197,6 +197,8 @@ def _to_array(data, dtype, owner="NetVar"):
     """The dtype policy: float arrays keep their dtype, everything else becomes nnkit's dtype."""
     if isinstance(data, NetVar):
         data = data._data
+    if dtype is not None and numpy.dtype(dtype).kind not in "biufc":
+        raise TypeError(f"{owner}: dtype must be a number type (float, int or bool), got {dtype}")
     if hasattr(data, "__array_interface__") or hasattr(data, "__cuda_array_interface__"):
         if not isinstance(data, _ndarray):
             backend.array_module(data)   # raises for unknown array types
@@ -211,6 +213,8 @@ def _to_array(data, dtype, owner="NetVar"):
             raise TypeError(f"{owner}: cannot hold an array of dtype {data.dtype}; "
                             "give numbers (float, int or bool)")
         return data
+    if data is None:
+        raise TypeError(f"{owner}: data is None; give numbers or an array")
     try:
         array = numpy.asarray(data, dtype=_default_dtype if dtype is None else dtype)
     except (TypeError, ValueError) as error:

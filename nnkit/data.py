@@ -20,6 +20,9 @@ def _as_arrays(seqs, owner):
         if array.ndim == 0 or len(array) == 0:
             raise ValueError(f"{owner}: sequence {position} is empty (shape "
                              f"{tuple(array.shape)}); every sequence needs at least one step")
+        if array.dtype.kind not in "biuf":
+            raise TypeError(f"{owner}: sequence {position} has dtype {array.dtype}; give "
+                            "numbers (token ids or features)")
         arrays.append(array)
     if not arrays:
         raise ValueError(f"{owner}: no sequences given")

@@ -32,6 +32,7 @@ __all__ = ['rand2', 'gaussian', 'uniform', 'glorot', 'glorot_uniform', 'glorot_n
            'he_normal', 'he_uniform', 'lecun_normal', 'lecun_uniform', 'orthogonal', 'identity',
            'zeros']
 import math
+import numbers
 
 import numpy
 
@@ -42,6 +43,8 @@ from .core import NetVar, get_dtype
 def _shape(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    if not all(isinstance(n, numbers.Integral) for n in shape):
+        raise TypeError(f"initializer: shape must be positive integers, got {shape}")
     shape = tuple(int(n) for n in shape)
     if not shape or any(n <= 0 for n in shape):
         raise ValueError(f"initializer: shape must be positive integers, got {shape}")

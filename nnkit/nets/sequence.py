@@ -2,6 +2,7 @@
 
 __all__ = ['SequenceModel', 'recurrent_weights']
 import math
+import numbers
 
 import numpy
 
@@ -28,6 +29,9 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     """
     if cell not in _GATES:
         raise ValueError(f"recurrent_weights: cell must be one of {sorted(_GATES)}, got {cell!r}")
+    for name, size in (("inputs", inputs), ("hidden", hidden)):
+        if not (isinstance(size, numbers.Integral) and size >= 1):
+            raise ValueError(f"recurrent_weights: {name} must be a positive integer, got {size!r}")
     generator = backend.as_generator(seed)
     k = _GATES[cell]
     limit = 1 / math.sqrt(hidden)

@@ -5,8 +5,29 @@ Notation: input x, output y, upstream gradient g; [c] is 1 where c holds, else 0
 
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
            'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
+import math
+
 from .. import backend
 from ..core import NetOp, NetVar
+
+
+def _finite_number(op, name, value):
+    """``value`` as a float; an error naming the op and argument when it is not a finite number."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{op}: {name} must be a number, got {type(value).__name__}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{op}: {name} must be finite, got {value}")
+    return value
+
+
+def _row_max(op, x):
+    """The max over the last axis, with an error naming the op when that axis is empty."""
+    try:
+        return x._data.max(axis=-1, keepdims=True)
+    except ValueError:
+        raise ValueError(f"{op}: x of shape {tuple(x.shape)} has an empty last axis") from None
 
 
 class ReLU(NetOp):
@@ -32,7 +53,7 @@ class LReLU(NetOp):
     """
 
     def __init__(self, x, s=0.01):
-        self.s = s
+        self.s = s = _finite_number("LReLU", "the slope s", s)
         xp = backend.array_module(x._data)
         super().__init__(xp.where(x._data > 0, x._data, x._data * s), x)
 
@@ -83,7 +104,7 @@ class SoftMax(NetOp):
 
     def __init__(self, x):
         xp = backend.array_module(x._data)
-        e = xp.exp(x._data - x._data.max(axis=-1, keepdims=True))
+        e = xp.exp(x._data - _row_max("SoftMax", x))
         super().__init__(e / e.sum(axis=-1, keepdims=True), x)
 
     def _back(self, x):
@@ -115,7 +136,7 @@ class LogSoftmax(NetOp):
 
     def __init__(self, x):
         xp = backend.array_module(x._data)
-        shifted = x._data - x._data.max(axis=-1, keepdims=True)
+        shifted = x._data - _row_max("LogSoftmax", x)
         super().__init__(shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True)), x)
 
     def _back(self, x):
@@ -134,7 +155,7 @@ class ELU(NetOp):
 
     def __init__(self, x, alpha=1.0):
         xp = backend.array_module(x._data)
-        self.alpha = alpha
+        self.alpha = alpha = _finite_number("ELU", "alpha", alpha)
         negative = alpha * xp.expm1(xp.minimum(x._data, 0))     # no overflow for large x
         super().__init__(self.scale * xp.where(x._data > 0, x._data, negative), x)
 

@@ -28,6 +28,8 @@ def _pair(op, name, value, minimum):
 def _check_nchw(op, x):
     if x._data.ndim != 4:
         raise ValueError(f"{op}: x must be (N, C, H, W), got shape {tuple(x.shape)}")
+    if 0 in x._data.shape[:2]:
+        raise ValueError(f"{op}: x of shape {tuple(x.shape)} has no sample or no channel")
 
 
 def _offsets(op, shape, kernel, stride):

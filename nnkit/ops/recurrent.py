@@ -131,6 +131,9 @@ class _Recurrent(NetOp):
         if xd.ndim != 3:
             raise ValueError(f"{op}: x of shape {_shape(xd)} must be 3-D (T, B, F), time-major")
         T, B, F = xd.shape
+        if T == 0 or B == 0:
+            raise ValueError(f"{op}: x of shape {_shape(xd)} holds no step (T = {T}) or no "
+                             f"sequence (B = {B}); every sequence needs at least one step")
         k = self.gates
         if Rd.ndim != 2 or Rd.shape[1] != k * Rd.shape[0]:
             raise ValueError(f"{op}: R of shape {_shape(Rd)} must be (H, {k}·H)")
@@ -299,6 +302,12 @@ class RecurrentState(NetOp):
     """
 
     def __init__(self, op, which=0):
+        if not isinstance(op, _Recurrent):
+            raise TypeError(f"RecurrentState: op must be an RNN, LSTM or GRU node, got "
+                            f"{type(op).__name__}")
+        if which not in range(len(op._finals)):
+            raise ValueError(f"RecurrentState: {type(op).__name__} has {len(op._finals)} final "
+                             f"state(s), no state {which!r}")
         self.which = which
         super().__init__(op._finals[which], op)
 
@@ -527,6 +536,35 @@ def _columns(node, start, stop):
     return Multiply(node, constant(selector))
 
 
+def _check_cell(op, k, x, h, W, R, b, c=None):
+    """A cell's shapes: x (B, F); h, c (B, H); W (F, k·H); R (H, k·H); b (k·H,), (1, k·H) or,
+    for the GRU (k = 3), (2, 3H). Errors name the cell, the argument and the shapes."""
+    named = [("x", x), ("h", h), ("W", W), ("R", R), ("b", b)] + ([("c", c)] if c is not None else [])
+    shapes = {}
+    for name, value in named:
+        if not hasattr(value, "shape"):
+            raise TypeError(f"{op}: {name} must be a NetVar or an array, got {type(value).__name__}")
+        shapes[name] = tuple(value.shape)
+    if any(len(shapes[name]) != 2 for name in ("x", "h", "W", "R")):
+        raise ValueError(f"{op}: x, h, W and R must be 2-D, got shapes {shapes['x']}, "
+                         f"{shapes['h']}, {shapes['W']} and {shapes['R']}")
+    H = shapes["R"][0]
+    if shapes["R"] != (H, k * H):
+        raise ValueError(f"{op}: R of shape {shapes['R']} must be (H, {k}·H)")
+    if shapes["W"] != (shapes["x"][1], k * H):
+        raise ValueError(f"{op}: W of shape {shapes['W']} must be (F, {k}·H) = "
+                         f"({shapes['x'][1]}, {k * H}) for x of shape {shapes['x']} and R of "
+                         f"shape {shapes['R']}")
+    for name in ("h", "c"):
+        if name in shapes and shapes[name] not in ((shapes["x"][0], H), (1, H)):
+            raise ValueError(f"{op}: {name} of shape {shapes[name]} must be (B, H) = "
+                             f"({shapes['x'][0]}, {H}) or (1, {H})")
+    allowed = ((2, 3 * H),) if op == "GRUCell" else ((k * H,), (1, k * H))
+    if shapes["b"] not in allowed:
+        raise ValueError(f"{op}: b of shape {shapes['b']} must be "
+                         f"{' or '.join(str(s) for s in allowed)} for H = {H}")
+
+
 def _pre_activation(x, h, W, R, b):
     return Add(Add(Multiply(x, W), Multiply(h, R)), b)
 
@@ -536,6 +574,7 @@ def RNNCell(x, h, W, R, b, activation='tanh'):
 
     x (B, F), h (B, H), W (F, H), R (H, H), b (H,) or (1, H); returns the (B, H) node y.
     """
+    _check_cell("RNNCell", 1, x, h, W, R, b)
     a = _pre_activation(x, h, W, R, b)
     ops = {'tanh': Tanh, 'sigmoid': Sigmoid, 'relu': ReLU, 'linear': None}
     if activation not in ops:
@@ -549,6 +588,7 @@ def LSTMCell(x, h, c, W, R, b):
     [i f g o] = x·W + h·R + b;  c_t = σ(f)·c + σ(i)·tanh(g);  h_t = σ(o)·tanh(c_t)
     x (B, F), h and c (B, H), W (F, 4H), R (H, 4H), b (4H,) or (1, 4H).
     """
+    _check_cell("LSTMCell", 4, x, h, W, R, b, c)
     H = R.shape[0]
     z = _pre_activation(x, h, W, R, b)
     i, f, g, o = (_columns(z, k * H, (k + 1) * H) for k in range(4))
@@ -563,6 +603,7 @@ def GRUCell(x, h, W, R, b):
     r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r·u_n),  h_t = n + z·(h − n)
     x (B, F), h (B, H), W (F, 3H), R (H, 3H), b (2, 3H).
     """
+    _check_cell("GRUCell", 3, x, h, W, R, b)
     H = R.shape[0]
     xp = backend.array_module(b._data)
     rows = [constant(xp.asarray([[1.0, 0.0], [0.0, 1.0]], b._data.dtype)[k:k + 1]) for k in (0, 1)]

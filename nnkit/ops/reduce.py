@@ -5,6 +5,8 @@ that g broadcasts against x.
 """
 
 __all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'ArgMax']
+import numbers
+
 from .. import backend
 from ..core import NetOp, NetVar
 
@@ -13,7 +15,9 @@ def normalize_axis(op, axis, ndim):
     """``axis`` as a sorted tuple of non-negative axes (None: every axis); errors name the op."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    if not all(isinstance(a, numbers.Integral) for a in axes):
+        raise TypeError(f"{op}: axis must be an int, a tuple of ints or None, got {axis!r}")
     result = []
     for a in axes:
         if not -ndim <= a < ndim:
@@ -58,6 +62,7 @@ class Mean(NetOp):
 
     def __init__(self, x, axis=None, keepdims=False):
         self.axes = normalize_axis("Mean", axis, x._data.ndim)
+        _check_not_empty("Mean", x, self.axes)
         self.keepdims = keepdims
         xp = backend.array_module(x._data)
         super().__init__(xp.asarray(x._data.mean(axis=self.axes, keepdims=keepdims)), x)
@@ -68,6 +73,13 @@ class Mean(NetOp):
         for a in self.axes:
             n *= shape[a]
         x.accumulate(expand_reduced(self._g / n, self.axes, self.keepdims, shape))
+
+
+def _check_not_empty(op, x, axes):
+    """Raise when the reduction runs over no element at all (its value would be undefined)."""
+    if _count(x._data.shape, axes) == 0:
+        raise ValueError(f"{op}: x of shape {tuple(x.shape)} has no element along the "
+                         f"reduced axes {axes}")
 
 
 def _count(shape, axes):
@@ -130,6 +142,7 @@ class LogSumExp(NetOp):
 
     def __init__(self, x, axis=None, keepdims=False):
         self.axes = normalize_axis("LogSumExp", axis, x._data.ndim)
+        _check_not_empty("LogSumExp", x, self.axes)
         self.keepdims = keepdims
         xp = backend.array_module(x._data)
         m = x._data.max(axis=self.axes, keepdims=True)
@@ -202,6 +215,7 @@ class ArgMax(NetOp):
             if len(axis) != 1:
                 raise ValueError(f"ArgMax: give one axis, not {axis}")
             axis = axis[0]
+        _check_not_empty("ArgMax", x, tuple(range(x._data.ndim)) if axis is None else (axis,))
         xp = backend.array_module(x._data)
         super().__init__(xp.asarray(x._data.argmax(axis=axis, keepdims=keepdims)))
 

@@ -42,6 +42,9 @@ class Optimizer:
         self.params = []
         self.state = []
         self._check_options({key: getattr(self, key) for key in self.options})
+        if isinstance(params, NetVar):
+            raise TypeError(f"{type(self).__name__}: params must be a list of NetVars, got one "
+                            f"NetVar ({params._describe()}); write [w]")
         entries = list(params)
         if entries and all(isinstance(entry, dict) for entry in entries):
             for group in entries:
@@ -75,6 +78,9 @@ class Optimizer:
             if p.dtype.kind != "f":
                 raise TypeError(f"{name}: parameter {position} has dtype "
                                 f"{p.dtype}; parameters must be float arrays")
+            if p.parents:
+                raise TypeError(f"{name}: parameter {position} ({p._describe()}) is computed by "
+                                "an op; optimize the leaf NetVars it is computed from")
             if id(p) in known:
                 raise ValueError(f"{name}: parameter {position} ({p._describe()}) is listed "
                                  "twice")

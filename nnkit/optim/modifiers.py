@@ -18,12 +18,23 @@ __all__ = ['Modifier', 'ClipValue', 'ClipGradNorm', 'L1Decay', 'L2Decay', 'Freez
 import math
 
 from .. import backend
+from ..core import NetVar
 
 
 class Modifier:
     """Base: holds the optional ``params`` selection (None: every parameter)."""
 
     def __init__(self, params=None):
+        if params is not None:
+            name = type(self).__name__
+            if isinstance(params, NetVar):
+                raise TypeError(f"{name}: params must be a list of NetVars, got one NetVar "
+                                f"({params._describe()}); write [w]")
+            params = list(params)
+            for position, p in enumerate(params):
+                if not isinstance(p, NetVar):
+                    raise TypeError(f"{name}: parameter {position} is a {type(p).__name__}, "
+                                    "not a NetVar")
         self._ids = None if params is None else {id(p) for p in params}
 
     def applies(self, p):
