@@ -21,3 +21,50 @@ def var64(rng, *shape, requires_grad=True, positive=False, name=None):
     if positive:
         data = np.abs(data) + 0.5
     return nn.NetVar(data, requires_grad=requires_grad, name=name)
+
+
+class Backend:
+    """One array backend for a test: ``name`` ('numpy' or 'cupy') and ``xp`` (its module).
+
+    Tests build their inputs on the host and move them with ``array`` / ``var`` / ``var64``,
+    and bring results back with ``host``, so one test body checks both backends.
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self.gpu = name == "cupy"
+        self.xp = nn.backend.cupy_module() if self.gpu else np
+
+    def array(self, data, dtype=None):
+        """``data`` (host data) as an array of this backend."""
+        return self.xp.asarray(np.asarray(data, dtype=dtype))
+
+    def var(self, data, requires_grad=True, dtype=None, name=None):
+        """A NetVar made on the host as ``nn.NetVar`` does, then moved to this backend."""
+        return self.move(nn.NetVar(data, requires_grad=requires_grad, dtype=dtype, name=name))
+
+    def var64(self, rng, *shape, requires_grad=True, positive=False, name=None):
+        """``var64`` (float64 standard-normal data) on this backend."""
+        return self.move(var64(rng, *shape, requires_grad=requires_grad, positive=positive,
+                               name=name))
+
+    def move(self, thing):
+        """A NetVar, model or optimizer moved in place to this backend (returned)."""
+        return thing.to_gpu() if self.gpu else thing
+
+    def host(self, value):
+        """A NetVar's data, an array or a number as NumPy (copied from the GPU if there)."""
+        if isinstance(value, nn.NetVar):
+            value = value.data
+        return np.asarray(nn.backend.to_cpu(value))
+
+    def __repr__(self):
+        return f"Backend({self.name!r})"
+
+
+@pytest.fixture(params=["numpy", "cupy"])
+def backend(request):
+    """Runs a test on NumPy and, when CuPy with a GPU is present, again on CuPy."""
+    if request.param == "cupy" and not nn.gpu_available():
+        pytest.skip("CuPy with a GPU is not available")
+    return Backend(request.param)

@@ -1,8 +1,12 @@
 """FFN: the article's feed-forward convenience class, a list of (OpClass, *args) entries."""
 
 __all__ = ['FFN']
+import numpy
+
+from .. import backend
 from ..core import NetOp, NetVar
 from ..ops.loss import Loss
+from ..ops.normalization import BatchNormState
 
 
 class FFN:
@@ -53,6 +57,42 @@ class FFN:
         if self.output is None:
             raise RuntimeError("FFN.back(): call the network on an input first")
         return self.output.back(g)
+
+    def to_gpu(self, device=None):
+        """Move the network to the GPU (CuPy; GPU number ``device``, the current one by
+        default) in place; returns self.
+
+        Every NetVar in the topology (parameters, constants, Loss targets) moves in place, so
+        an optimizer over ``net.vars`` keeps working (its state follows at the next step);
+        plain arrays in the topology are replaced by device copies, and BatchNorm running
+        statistics move with them. Raises RuntimeError when CuPy with a GPU is not available.
+        """
+        return self._move(lambda array: backend.to_gpu(array, device),
+                          lambda node: node.to_gpu(device))
+
+    def to_cpu(self):
+        """Move the network to host memory (NumPy) in place, as ``to_gpu``; returns self."""
+        return self._move(backend.to_cpu, lambda node: node.to_cpu())
+
+    def _move(self, move_array, move_node):
+        def moved(value):
+            if isinstance(value, NetVar):
+                return move_node(value)
+            if isinstance(value, BatchNormState):
+                value.running_mean = move_array(value.running_mean)
+                value.running_var = move_array(value.running_var)
+                return value
+            if isinstance(value, (tuple, list)):
+                return type(value)(moved(item) for item in value)
+            if isinstance(value, numpy.ndarray) or hasattr(value, "__cuda_array_interface__"):
+                return move_array(value)
+            return value
+
+        self.topology[:] = [(entry[0], *(moved(arg) for arg in entry[1:]))
+                            if isinstance(entry, tuple) and entry else entry
+                            for entry in self.topology]
+        self.output = None      # the last graph lives on the old device
+        return self
 
     @property
     def vars(self):

@@ -1,6 +1,8 @@
 """Embedding lookup: rows of a table by integer index."""
 
 __all__ = ['Embedding']
+import numpy
+
 from .. import backend
 from ..core import NetOp, NetVar
 from .indexing import scatter_add
@@ -13,24 +15,27 @@ class Embedding(NetOp):
     dtable = zeros, then dtable[indices[i…]] += g[i…]   (scatter-add: a token that appears k
              times gets the sum of its k gradients)
     indices: an integer array, list or NetVar (e.g. ``NetVar(tokens, dtype=int)``, which is
-    a (1, n) row for 1-D tokens); every index must lie in [0, V).
+    a (1, n) row for 1-D tokens); every index must lie in [0, V). Host (NumPy) indices are
+    checked before they move to the table's device; indices already on the GPU are not (that
+    would read them back to the host at every call), so check them where they are made.
     """
 
     def __init__(self, indices, table):
         td = table._data
         if td.ndim != 2:
             raise ValueError(f"Embedding: table must be (V, D), got shape {tuple(td.shape)}")
-        xp = backend.array_module(td)
-        idx = xp.asarray(indices._data if isinstance(indices, NetVar) else indices)
+        idx = indices._data if isinstance(indices, NetVar) else indices
+        if not hasattr(idx, "__cuda_array_interface__"):
+            idx = numpy.asarray(idx)
         if idx.dtype.kind not in "iu":
             raise TypeError(f"Embedding: indices must have an integer dtype, got {idx.dtype} "
                             "(e.g. NetVar(tokens, dtype=int))")
         V = td.shape[0]
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= V):
-            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+        if isinstance(idx, numpy.ndarray) and idx.size and (idx.min() < 0 or idx.max() >= V):
+            bad = idx.min() if idx.min() < 0 else idx.max()
             raise ValueError(f"Embedding: index {bad} is out of range for a table of {V} rows "
                              f"(indices of shape {tuple(idx.shape)})")
-        self.idx = idx
+        self.idx = idx = backend.array_module(td).asarray(idx)
         super().__init__(td[idx], table)
 
     def _back(self, table):

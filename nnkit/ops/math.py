@@ -5,6 +5,8 @@ Notation: input x (a, b for two inputs), output y, upstream gradient g; [c] is 1
 """
 
 __all__ = ['Sqrt', 'Abs', 'Clip', 'Where', 'Maximum', 'Minimum', 'Sin', 'Cos']
+import numpy
+
 from .. import backend
 from ..core import NetOp, NetVar
 from .arithmetic import _nodes
@@ -53,7 +55,7 @@ class Clip(NetOp):
         xp = backend.array_module(x._data)
         self.lo = None if lo is None else _bound(lo, x, xp)
         self.hi = None if hi is None else _bound(hi, x, xp)
-        if lo is not None and hi is not None and bool((self.lo > self.hi).any()):
+        if lo is not None and hi is not None and (_on_host(lo) > _on_host(hi)).any():
             raise ValueError(f"Clip: the lower bound {lo} exceeds the upper bound {hi}")
         y = x._data
         if lo is not None:
@@ -69,6 +71,14 @@ class Clip(NetOp):
         if self.hi is not None:
             inside = inside & (x._data <= self.hi)
         x.accumulate(self._g * inside)
+
+
+def _on_host(bound):
+    """A bound as a NumPy array, to validate it without a device read for host bounds."""
+    bound = bound.data if isinstance(bound, NetVar) else bound
+    if hasattr(bound, "__cuda_array_interface__"):
+        return backend.to_cpu(bound)
+    return numpy.asarray(bound)
 
 
 def _bound(value, x, xp):

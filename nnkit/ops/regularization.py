@@ -60,9 +60,11 @@ class L2Reg(NetOp):
         if not (isinstance(batch_size, (int, numpy.integer)) and batch_size > 0):
             raise ValueError(f"L2Reg: batch_size must be a positive int, got {batch_size!r}")
         self.scale = r / batch_size
-        penalty = sum(float((w._data * w._data).sum()) for w in params)
-        super().__init__(loss._data + loss._data.dtype.type(self.scale / 2 * penalty),
-                         loss, *params)
+        # Σ‖W‖² stays on the data's device: a float() here would read it back at every step.
+        penalty = sum((w._data * w._data).sum() for w in params)
+        xp = backend.array_module(loss._data)
+        super().__init__(loss._data + xp.asarray(self.scale / 2 * penalty,
+                                                 dtype=loss._data.dtype), loss, *params)
 
     def _back(self, loss, *params):
         loss.accumulate(self._g)
