@@ -33,11 +33,17 @@ class Adam(Optimizer):
         m, v = state["m"], state["v"]
         state["t"] += 1
         t = state["t"]
+        # In place through one temporary: the update allocates no other array of p's size.
+        tmp = g * (1 - b1)
         m *= b1
-        m += (1 - b1) * g
+        m += tmp
+        xp.multiply(g, g, out=tmp)
+        tmp *= 1 - b2
         v *= b2
-        v += (1 - b2) * (g * g)
-        step = self.lr / (1 - b1 ** t)
-        denom = xp.sqrt(v / (1 - b2 ** t))
-        denom += self.eps
-        p._data -= step * (m / denom)
+        v += tmp
+        root_c2 = (1 - b2 ** t) ** 0.5
+        xp.sqrt(v, out=tmp)          # √(v/c2) + eps = (√v + eps·√c2) / √c2,  c2 = 1 − β2ᵗ
+        tmp += self.eps * root_c2
+        xp.divide(m, tmp, out=tmp)
+        tmp *= self.lr * root_c2 / (1 - b1 ** t)
+        p._data -= tmp

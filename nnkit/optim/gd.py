@@ -27,6 +27,8 @@ class GD(Optimizer):
         m = state.get("m")
         if m is None:
             m = state["m"] = backend.array_module(p._data).zeros_like(p._data)
+        tmp = g * (1 - beta)         # the one temporary, reused for the step
         m *= beta
-        m += (1 - beta) * g
-        p._data -= self.lr * m
+        m += tmp
+        backend.array_module(m).multiply(m, self.lr, out=tmp)
+        p._data -= tmp
