@@ -1,9 +1,135 @@
-"""W4: a variable-length tanh RNN, fused (nnkit.RNN) and unrolled (nnkit.RNNCell)."""
+"""W4: a variable-length tanh RNN, fused (``nnkit.RNN``) and unrolled (``nnkit.RNNCell``).
+
+B 32 sequences of lengths 5..100, F 32 inputs, H 128 hidden units; forward, then backward of
+Σ G·y for a fixed random G (valid steps only), giving dW, dR and db. The NumPy baseline does only
+the needed work: the batch sorted by length, the valid steps packed, one input projection, and
+a step loop whose batch shrinks as sequences end.
+"""
+import numpy as np
+
 import nnkit as nn
 
+from .harness import Row, check_close, interleaved, optional_torch
 
-def rnn_rows(rounds):
-    if not hasattr(nn, "RNN"):
-        print("W4 skipped: nnkit.RNN is not available yet")
-        return []
-    return []
+
+def make_data(B=32, F=32, H=128, shortest=5, longest=100, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(shortest, longest + 1, B)
+    lengths[0] = longest
+    T = int(lengths.max())
+    x = rng.standard_normal((T, B, F)).astype(np.float32)
+    G = rng.standard_normal((T, B, H)).astype(np.float32)
+    G *= (np.arange(T)[:, None] < lengths[None, :])[:, :, None]       # nothing at padding
+    W = (rng.standard_normal((F, H)) / np.sqrt(F)).astype(np.float32)
+    R = (rng.standard_normal((H, H)) / np.sqrt(H)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(H)).astype(np.float32)
+    return x, G, W, R, b, lengths
+
+
+class NumpyRNN:
+    """The hand-written baseline: packed valid steps, shrinking batch, in-place BPTT."""
+
+    def __init__(self, x, G, lengths):
+        T, B, F = x.shape
+        self.order = np.argsort(-lengths, kind="stable")
+        running = np.arange(T)[:, None] < lengths[self.order][None, :]
+        self.sizes = running.sum(axis=1).tolist()
+        self.offsets = np.concatenate(([0], np.cumsum(self.sizes))).tolist()
+        t, j = np.nonzero(running)
+        self.rows = t * B + self.order[j]
+        self.x, self.G = x, G
+
+    def gradients(self, W, R, b):
+        T, B, F = self.x.shape
+        H = R.shape[0]
+        sizes, offsets, rows = self.sizes, self.offsets, self.rows
+        Xp = self.x.reshape(T * B, F)[rows]
+        Y = Xp @ W                              # pre-activations, then outputs, in place
+        Y += b
+        h0 = np.zeros((B, H), np.float32)
+        for t, n in enumerate(sizes):
+            s = offsets[t]
+            a = Y[s:s + n]
+            a += (h0[:n] if t == 0 else Y[offsets[t - 1]:offsets[t - 1] + n]) @ R
+            np.tanh(a, out=a)
+        dA = self.G.reshape(T * B, H)[rows]     # the upstream gradient, packed
+        dh = np.zeros((B, H), np.float32)
+        RT = R.T
+        previous = np.empty_like(Y)             # h_{t−1} of every valid position, for dR
+        for t in range(len(sizes) - 1, -1, -1):
+            n, s = sizes[t], offsets[t]
+            da = dA[s:s + n]
+            da += dh[:n]
+            y = Y[s:s + n]
+            da *= 1 - y * y
+            np.matmul(da, RT, out=dh[:n])
+            previous[s:s + n] = h0[:n] if t == 0 else Y[offsets[t - 1]:offsets[t - 1] + n]
+        return [Xp.T @ dA, previous.T @ dA, dA.sum(axis=0)]
+
+
+def rnn_rows(rounds, number=5):
+    """W4 rows: the fused op (target 1.3x of NumPy) and the unrolled RNNCell loop."""
+    x, G, W0, R0, b0, lengths = make_data()
+    T, B, F = x.shape
+    baseline = NumpyRNN(x, G, lengths)
+    reference = baseline.gradients(W0, R0, b0)
+    W, R, b = nn.NetVar(W0), nn.NetVar(R0), nn.NetVar(b0)
+    xv = nn.NetVar(x, requires_grad=False)
+
+    def fused():
+        W.reset()
+        R.reset()
+        b.reset()
+        nn.RNN(xv, W, R, b, lengths=lengths).back(G)
+        return [W.g, R.g, b.g.reshape(-1)]
+
+    order = baseline.order
+    xs = [x[t][order[:n]] for t, n in enumerate(baseline.sizes)]      # sorted, valid rows
+    Gs = [nn.NetVar(G[t][order[:n]], requires_grad=False) for t, n in enumerate(baseline.sizes)]
+
+    def unrolled():
+        W.reset()
+        R.reset()
+        b.reset()
+        h = nn.NetVar(np.zeros((B, W0.shape[1]), np.float32), requires_grad=False)
+        total = None
+        for t, n in enumerate(baseline.sizes):
+            if n < h.shape[0]:
+                h = h[:n]
+            h = nn.RNNCell(nn.NetVar(xs[t], requires_grad=False), h, W, R, b)
+            term = (h * Gs[t]).sum()
+            total = term if total is None else total + term
+        total.back()
+        return [W.g, R.g, b.g.reshape(-1)]
+
+    check_close("W4 fused", fused(), reference, rtol=1e-3, atol=1e-4)
+    check_close("W4 unrolled", unrolled(), reference, rtol=1e-3, atol=1e-4)
+    fused_runs = {"nnkit": fused, "numpy": lambda: baseline.gradients(W0, R0, b0)}
+    unrolled_runs = {"nnkit": unrolled, "numpy": fused_runs["numpy"]}
+    torch = optional_torch()
+    if torch is not None:
+        rnn = torch.nn.RNN(F, W0.shape[1])
+        with torch.no_grad():
+            rnn.weight_ih_l0.copy_(torch.from_numpy(W0.T))
+            rnn.weight_hh_l0.copy_(torch.from_numpy(R0.T))
+            rnn.bias_ih_l0.copy_(torch.from_numpy(b0))
+            rnn.bias_hh_l0.zero_()
+        xt, Gt = torch.from_numpy(x), torch.from_numpy(G)
+        lengths_t = torch.from_numpy(lengths)
+        pack, unpack = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
+
+        def torch_run():
+            rnn.zero_grad(set_to_none=True)
+            out, _ = rnn(pack(xt, lengths_t, enforce_sorted=False))
+            y, _ = unpack(out, total_length=T)
+            (y * Gt).sum().backward()
+            return [rnn.weight_ih_l0.grad.numpy().T, rnn.weight_hh_l0.grad.numpy().T,
+                    rnn.bias_ih_l0.grad.numpy()]
+
+        check_close("W4 (PyTorch)", torch_run(), reference, rtol=1e-3, atol=1e-4)
+        fused_runs["torch"] = unrolled_runs["torch"] = torch_run
+    rows = [Row("W4 variable-length tanh RNN, fused nnkit.RNN", "ms", 1e3,
+                interleaved(fused_runs, rounds, number), target=1.30)]
+    rows.append(Row("W4 the same, unrolled RNNCell loop", "ms", 1e3,
+                    interleaved(unrolled_runs, max(3, rounds // 2), 2)))
+    return rows
