@@ -27,6 +27,8 @@ class Loss(NetOp):
 
 def _target(t, p, op):
     t = constant(t, p) if not isinstance(t, NetVar) else t
+    if type(t._data) is not type(p._data):      # e.g. NumPy and CuPy: name both devices
+        backend.check_same_device(op, p._data, t._data)
     if t._data.shape != p._data.shape:
         raise ValueError(f"{op}: prediction of shape {tuple(p.shape)} and target of shape "
                          f"{tuple(t.shape)} differ")
