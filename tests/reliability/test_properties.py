@@ -39,6 +39,9 @@ BINARY = {
     "Sub": (nn.Sub, _normal, _normal),
     "Mul": (nn.Mul, _normal, _normal),
     "Div": (nn.Div, _normal, _away_from_zero),
+    "Maximum": (nn.Maximum, _normal, _normal),
+    "Minimum": (nn.Minimum, _normal, _normal),
+    "Where": (lambda a, b: nn.Where(a.data > 0, a, b), _normal, _normal),
 }
 UNARY = {
     "Neg": (nn.Neg, _normal),
@@ -52,6 +55,17 @@ UNARY = {
     "Pow3": (lambda x: nn.Pow(x, 3), _normal),
     "Pow-1": (lambda x: nn.Pow(x, -1), _away_from_zero),
     "Pow0.5": (lambda x: nn.Pow(x, 0.5), _positive),
+    "Abs": (nn.Abs, _normal),
+    "Sqrt": (nn.Sqrt, _positive),
+    "Sin": (nn.Sin, _normal),
+    "Cos": (nn.Cos, _normal),
+    "Clip": (lambda x: nn.Clip(x, -0.5, 0.7), _normal),
+    "HardTanh": (nn.HardTanh, _normal),
+    "ELU": (nn.ELU, _normal),
+    "SELU": (nn.SELU, _normal),
+    "GELU": (nn.GELU, _normal),
+    "SiLU": (nn.SiLU, _normal),
+    "Softplus": (nn.Softplus, _normal),
 }
 
 
