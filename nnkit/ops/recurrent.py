@@ -539,11 +539,14 @@ def _columns(node, start, stop):
 def _check_cell(op, k, x, h, W, R, b, c=None):
     """A cell's shapes: x (B, F); h, c (B, H); W (F, k·H); R (H, k·H); b (k·H,), (1, k·H) or,
     for the GRU (k = 3), (2, 3H). Errors name the cell, the argument and the shapes."""
-    named = [("x", x), ("h", h), ("W", W), ("R", R), ("b", b)] + ([("c", c)] if c is not None else [])
+    named = [("x", x), ("h", h), ("W", W), ("R", R), ("b", b)]
+    if c is not None:
+        named.append(("c", c))
     shapes = {}
     for name, value in named:
         if not hasattr(value, "shape"):
-            raise TypeError(f"{op}: {name} must be a NetVar or an array, got {type(value).__name__}")
+            raise TypeError(f"{op}: {name} must be a NetVar or an array, got "
+                            f"{type(value).__name__}")
         shapes[name] = tuple(value.shape)
     if any(len(shapes[name]) != 2 for name in ("x", "h", "W", "R")):
         raise ValueError(f"{op}: x, h, W and R must be 2-D, got shapes {shapes['x']}, "

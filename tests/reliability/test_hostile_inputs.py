@@ -103,7 +103,8 @@ CASES = [
      r"constant: cannot hold an array of dtype object"),
     ("set_dtype(int)", lambda m: nn.set_dtype(int), TypeError,
      r"set_dtype: nnkit's default dtype must be a float type"),
-    ("item() of many", lambda m: m.W.item(), ValueError, r"item\(\): NetVar #\d+ of shape \(3, 4\)"),
+    ("item() of many", lambda m: m.W.item(), ValueError,
+     r"item\(\): NetVar #\d+ of shape \(3, 4\)"),
     ("truth value", lambda m: bool(m.W), TypeError, r"truth value of NetVar #\d+ .* ambiguous"),
     ("to_gpu without CuPy", lambda m: nn.NetVar([1.0]).to_gpu() if not nn.gpu_available()
      else pytest.skip("a GPU is present"), RuntimeError, r"to_gpu\(\): CuPy"),
