@@ -11,6 +11,18 @@ from .harness import Row, check_close, interleaved, optional_torch
 KINDS = ("add", "mul", "tanh")
 
 
+def run_chain(h, kinds, a, b, tanh):
+    """The W1 chain on nodes of any framework (NumPy's needs its own backward, below)."""
+    for kind in kinds:
+        if kind == "add":
+            h = h + a
+        elif kind == "mul":
+            h = h * b
+        else:
+            h = tanh(h)
+    return h
+
+
 def tiny_chain(rounds, ops=1000, number=20):
     """W1: x + a, · b, tanh repeated on shape (4,), forward + backward; µs per op.
 
@@ -28,15 +40,7 @@ def tiny_chain(rounds, ops=1000, number=20):
         x.reset()
         a.reset()
         b.reset()
-        h = x
-        for kind in kinds:
-            if kind == "add":
-                h = h + a
-            elif kind == "mul":
-                h = h * b
-            else:
-                h = nn.Tanh(h)
-        h.back()
+        run_chain(x, kinds, a, b, nn.Tanh).back()
         return [x.g, a.g, b.g]
 
     def numpy_step():
@@ -71,14 +75,7 @@ def tiny_chain(rounds, ops=1000, number=20):
 
         def torch_step():
             xt.grad = at.grad = bt.grad = None
-            h = xt
-            for kind in kinds:
-                if kind == "add":
-                    h = h + at
-                elif kind == "mul":
-                    h = h * bt
-                else:
-                    h = torch.tanh(h)
+            h = run_chain(xt, kinds, at, bt, torch.tanh)
             h.backward(torch.ones_like(h))
             return [xt.grad, at.grad, bt.grad]
 

@@ -74,8 +74,7 @@ def main(argv=None):
         start = time.perf_counter()
         new = WORKLOADS[name](args.rounds)
         rows += new
-        for row in new:
-            print(f"  {row.workload}: done ({time.perf_counter() - start:.1f} s)", flush=True)
+        print(f"  {name}: {len(new)} row(s) in {time.perf_counter() - start:.1f} s", flush=True)
     print()
     print(table(rows))
     for row in rows:
