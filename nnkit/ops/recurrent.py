@@ -27,6 +27,7 @@ from .. import backend
 from ..core import NetOp, NetVar, constant
 from .activation import ReLU, Sigmoid, Tanh
 from .arithmetic import Add, Mul, Multiply, Sub
+from .indexing import Split
 
 
 # ----------------------------------------------------------------------------- activations
@@ -524,18 +525,6 @@ class GRU(_Recurrent):
 
 # ----------------------------------------------------------------------------- cells
 
-def _columns(node, start, stop):
-    """Columns start:stop of a (B, k·H) node, as a matrix product with a 0/1 selector.
-
-    Exact (each output is one input times 1.0 plus zeros), and built from Multiply only, so a
-    cell stays a graph of ordinary ops.
-    """
-    xp = backend.array_module(node._data)
-    selector = xp.zeros((node._data.shape[-1], stop - start), dtype=node._data.dtype)
-    selector[xp.arange(start, stop), xp.arange(stop - start)] = 1
-    return Multiply(node, constant(selector))
-
-
 def _check_cell(op, k, x, h, W, R, b, c=None):
     """A cell's shapes: x (B, F); h, c (B, H); W (F, k·H); R (H, k·H); b (k·H,), (1, k·H) or,
     for the GRU (k = 3), (2, 3H). Errors name the cell, the argument and the shapes."""
@@ -592,9 +581,7 @@ def LSTMCell(x, h, c, W, R, b):
     x (B, F), h and c (B, H), W (F, 4H), R (H, 4H), b (4H,) or (1, 4H).
     """
     _check_cell("LSTMCell", 4, x, h, W, R, b, c)
-    H = R.shape[0]
-    z = _pre_activation(x, h, W, R, b)
-    i, f, g, o = (_columns(z, k * H, (k + 1) * H) for k in range(4))
+    i, f, g, o = Split(_pre_activation(x, h, W, R, b), 4, axis=-1)
     c_new = Add(Mul(Sigmoid(f), c), Mul(Sigmoid(i), Tanh(g)))
     return Mul(Sigmoid(o), Tanh(c_new)), c_new
 
@@ -607,13 +594,8 @@ def GRUCell(x, h, W, R, b):
     x (B, F), h (B, H), W (F, 3H), R (H, 3H), b (2, 3H).
     """
     _check_cell("GRUCell", 3, x, h, W, R, b)
-    H = R.shape[0]
-    xp = backend.array_module(b._data)
-    rows = [constant(xp.asarray([[1.0, 0.0], [0.0, 1.0]], b._data.dtype)[k:k + 1]) for k in (0, 1)]
-    a = Add(Multiply(x, W), Multiply(rows[0], b))      # (1, 2)·(2, 3H) picks row 0 of b
-    u = Add(Multiply(h, R), Multiply(rows[1], b))
-    r, z, a_n = (Sigmoid(Add(_columns(a, 0, H), _columns(u, 0, H))),
-                 Sigmoid(Add(_columns(a, H, 2 * H), _columns(u, H, 2 * H))),
-                 _columns(a, 2 * H, 3 * H))
-    n = Tanh(Add(a_n, Mul(r, _columns(u, 2 * H, 3 * H))))
+    a_r, a_z, a_n = Split(Add(Multiply(x, W), b[0:1]), 3, axis=-1)
+    u_r, u_z, u_n = Split(Add(Multiply(h, R), b[1:2]), 3, axis=-1)
+    r, z = Sigmoid(Add(a_r, u_r)), Sigmoid(Add(a_z, u_z))
+    n = Tanh(Add(a_n, Mul(r, u_n)))
     return Add(n, Mul(z, Sub(h, n)))
