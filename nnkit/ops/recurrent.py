@@ -152,11 +152,11 @@ class _Recurrent(NetOp):
         # sort once, longest first; sizes[t] sequences are still running at step t
         order = numpy.argsort(-lengths, kind="stable")
         sorted_lengths = lengths[order]
-        steps = int(sorted_lengths[0]) if B else 0
+        steps = int(sorted_lengths[0])
         running = numpy.arange(steps)[:, None] < sorted_lengths[None, :]
         sizes = running.sum(axis=1)
         offsets = numpy.concatenate(([0], numpy.cumsum(sizes)))
-        self.dense = B == 0 or int(sorted_lengths[-1]) == T   # no padding: nothing to pack
+        self.dense = int(sorted_lengths[-1]) == T      # no padding: nothing to pack
         if self.dense:
             self.rows = None
             Xp = xd.reshape(T * B, F)
@@ -211,6 +211,11 @@ class _Recurrent(NetOp):
             return xp.zeros((B, H), dtype=dtype)
         return xp.broadcast_to(state._data, (B, H))[self.order].astype(dtype, copy=False)
 
+    def _steps(self, backward=False):
+        """(t, s, n) for each step: its packed rows are s:s + n."""
+        steps = zip(range(len(self.sizes)), self.offsets, self.sizes)
+        return reversed(list(steps)) if backward else steps
+
     def _previous(self, packed, initial, t, n):
         """The (n, H) states that step t starts from."""
         if t == 0:
@@ -224,8 +229,7 @@ class _Recurrent(NetOp):
         if self.dense:
             return xp.concatenate((initial, packed[:len(packed) - len(initial)]))
         previous = xp.empty_like(packed)
-        for t, n in enumerate(self.sizes):
-            s = self.offsets[t]
+        for t, s, n in self._steps():
             previous[s:s + n] = self._previous(packed, initial, t, n)
         return previous
 
@@ -340,8 +344,7 @@ class RNN(_Recurrent):
     def _forward(self, P, R, b, initial, xp):
         f = _ACTIVATIONS[self.activation][0]
         h0 = initial[0]
-        for t, n in enumerate(self.sizes):
-            s = self.offsets[t]
+        for t, s, n in self._steps():
             a = P[s:s + n]                             # becomes y_t in place
             a += self._previous(P, h0, t, n) @ R
             f(a)
@@ -352,9 +355,7 @@ class RNN(_Recurrent):
         dh = carries[0]
         RT = R.T
         Y = self.Hp
-        for t in range(len(self.sizes) - 1, -1, -1):
-            n = self.sizes[t]
-            s = self.offsets[t]
+        for t, s, n in self._steps(backward=True):
             da = G[s:s + n]                            # becomes da_t in place
             da += dh[:n]
             if derivative is not None:
@@ -396,8 +397,7 @@ class LSTM(_Recurrent):
         self.Cp = C = xp.empty((N, H), P.dtype)
         self.TCp = TC = xp.empty((N, H), P.dtype)
         Y = xp.empty((N, H), P.dtype)
-        for t, n in enumerate(self.sizes):
-            s = self.offsets[t]
+        for t, s, n in self._steps():
             z = P[s:s + n]                             # becomes [i f g o] in place
             z += self._previous(Y, h0, t, n) @ R
             _sigmoid_(z[:, :2 * H])
@@ -418,9 +418,7 @@ class LSTM(_Recurrent):
         Z, C, TC = self.Zp, self.Cp, self.TCp
         c0 = self.initial[1]
         dZ = xp.empty_like(Z)
-        for t in range(len(self.sizes) - 1, -1, -1):
-            n = self.sizes[t]
-            s = self.offsets[t]
+        for t, s, n in self._steps(backward=True):
             z = Z[s:s + n]
             i, f, g, o = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
             tc = TC[s:s + n]
@@ -473,8 +471,7 @@ class GRU(_Recurrent):
         N = P.shape[0]
         self.Un = Un = xp.empty((N, H), P.dtype)      # u_n = h_{t−1}·R_n + b_h,n
         Y = xp.empty((N, H), P.dtype)
-        for t, n in enumerate(self.sizes):
-            s = self.offsets[t]
+        for t, s, n in self._steps():
             a = P[s:s + n]                             # becomes [r z n] in place
             h = self._previous(Y, h0, t, n)
             u = h @ R
@@ -501,9 +498,7 @@ class GRU(_Recurrent):
         h0 = self.initial[0]
         dA = xp.empty_like(Z)
         dU = xp.empty_like(Z)
-        for t in range(len(self.sizes) - 1, -1, -1):
-            n = self.sizes[t]
-            s = self.offsets[t]
+        for t, s, n in self._steps(backward=True):
             z = Z[s:s + n]
             r, u, c = z[:, :H], z[:, H:2 * H], z[:, 2 * H:]
             dht = G[s:s + n]
