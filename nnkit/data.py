@@ -63,7 +63,7 @@ def pad_sequences(seqs, dtype=None, value=0.0):
 
 
 def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, seed=None,
-                drop_last=False, value=0.0):
+                drop_last=False, value=0.0, device=None):
     """An iterator of padded minibatches ``(x, lengths, t)`` (``(x, lengths)`` without targets).
 
     x, lengths: ``pad_sequences`` of the batch's sequences (x (T, B) or (T, B, F), time-major).
@@ -77,7 +77,11 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     the (shuffled) sequences are taken k·batch_size at a time (all of them for True), sorted
     by length inside each pool and cut into batches, and the batches are shuffled.
     drop_last: skip a final batch smaller than batch_size.
+    device: where x and t are yielded: None or 'cpu' (NumPy), 'gpu' or 'gpu:N' (CuPy), e.g.
+    ``device=model.vars[0].device``. lengths stay NumPy: the recurrent ops read them on the
+    host to schedule their steps.
     """
+    move = _mover(device)
     arrays, dtype = _as_arrays(seqs, "minibatches")
     N = len(arrays)
     if int(batch_size) < 1:
@@ -107,16 +111,31 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
         batches.pop()
     if bucket and shuffle:
         batches = [batches[k] for k in rng.permutation(len(batches))]
-    return _padded(batches, arrays, dtype, value, targets, target_dtype)
+    return _padded(batches, arrays, dtype, value, targets, target_dtype, move)
 
 
-def _padded(batches, arrays, dtype, value, targets, target_dtype):
+def _mover(device):
+    """A function taking a host array to ``device`` (None or 'cpu', 'gpu' or 'gpu:N')."""
+    if device is None or device == "cpu":
+        return lambda array: array
+    kind, _, number = str(device).partition(":")
+    if kind != "gpu" or (number and not number.isdigit()):
+        raise ValueError(f"minibatches: device must be None, 'cpu', 'gpu' or 'gpu:N', "
+                         f"got {device!r}")
+    if not backend.gpu_available():
+        raise RuntimeError(f"minibatches: device {device!r} needs CuPy with a working GPU, "
+                           "which is not available")
+    return lambda array: backend.to_gpu(array, int(number) if number else None)
+
+
+def _padded(batches, arrays, dtype, value, targets, target_dtype, move):
     """The generator behind ``minibatches`` (so that bad arguments raise at the call)."""
     for rows in batches:
         x, lengths = pad_sequences([arrays[k] for k in rows], dtype, value)
         if targets is None:
-            yield x, lengths
+            yield move(x), lengths
         elif target_dtype is not None:
-            yield x, lengths, pad_sequences([targets[k] for k in rows], target_dtype)[0]
+            yield move(x), lengths, move(pad_sequences([targets[k] for k in rows],
+                                                       target_dtype)[0])
         else:
-            yield x, lengths, targets[rows]
+            yield move(x), lengths, move(targets[rows])

@@ -85,6 +85,24 @@ class SequenceModel:
         params = [self.W, self.R, self.b, self.Wo, self.bo]
         return params if self.table is None else [self.table] + params
 
+    def to_gpu(self, device=None):
+        """Move every parameter to the GPU (CuPy; GPU number ``device``) in place; returns self.
+
+        An optimizer over ``model.vars`` keeps working: its state follows at the next step.
+        Feed the model batches on the same device (``minibatches(..., device=...)``).
+        """
+        for p in self.vars:
+            p.to_gpu(device)
+        self.recurrent = self.output = None      # the last graph lives on the old device
+        return self
+
+    def to_cpu(self):
+        """Move every parameter to host memory (NumPy) in place; returns self."""
+        for p in self.vars:
+            p.to_cpu()
+        self.recurrent = self.output = None
+        return self
+
     @property
     def state(self):
         """The final states of the last call, ``(h,)`` or ``(h, c)``: (B, H) nodes."""

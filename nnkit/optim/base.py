@@ -30,7 +30,7 @@ class Optimizer:
 
     ``state_dict()`` / ``load_state_dict()`` save and restore the options and each
     parameter's state (arrays and plain numbers); the state arrays live on the parameter's
-    device.
+    device, and follow it at the next ``step()`` when it moves (``to_gpu()``/``to_cpu()``).
     """
     options = ("lr",)      # the constructor's hyperparameters, in order
     unit_interval = ()     # those of them that must lie in [0, 1)
@@ -146,6 +146,8 @@ class Optimizer:
                 if group is not current:
                     defaults = self._enter(group, defaults)
                     current = group
+                if state:
+                    _follow(p, state)
                 self._update(p, g, state)
                 updated.append(p)
         finally:
@@ -236,6 +238,15 @@ class Optimizer:
                     raise ValueError(f"{name}.load_state_dict: state '{key}' of parameter "
                                      f"{position} has shape {tuple(value.shape)}, the "
                                      f"parameter has shape {p.shape}")
+
+
+def _follow(p, state):
+    """Move ``state``'s arrays to ``p``'s device when ``p`` moved (``to_gpu``/``to_cpu``)."""
+    device = backend.device_of(p._data)
+    for key, value in state.items():
+        if _is_array(value) and backend.device_of(value) != device:
+            state[key] = backend.to_cpu(value) if device == "cpu" \
+                else backend.to_gpu(value, p._data.device.id)
 
 
 def _is_array(value):

@@ -15,7 +15,6 @@ a parameter's update) and/or ``modify_weights(params)`` (edits ``p.data`` in pla
 """
 
 __all__ = ['Modifier', 'ClipValue', 'ClipGradNorm', 'L1Decay', 'L2Decay', 'Freeze', 'MaxNorm']
-import math
 
 from .. import backend
 from ..core import NetVar
@@ -71,24 +70,32 @@ class ClipGradNorm(Modifier):
     n = √(Σ over the selected parameters of Σ g²)
     g = g · max_norm / (n + 1e-6)   when n > max_norm, otherwise unchanged
     (as PyTorch's ``clip_grad_norm_``). ``last_norm`` holds n of the latest step, for logging.
+    n and the factor stay on the gradients' device (g · min(1, max_norm / (n + 1e-6)), with
+    no host read in the step); reading ``last_norm`` brings n to the host.
     """
 
     def __init__(self, max_norm, params=None):
         super().__init__(params)
         self.max_norm = _positive("ClipGradNorm", "max_norm", max_norm)
-        self.last_norm = None
+        self._norm = None
+
+    @property
+    def last_norm(self):
+        norm = self._norm
+        return norm if norm is None or isinstance(norm, float) else float(backend.to_cpu(norm))
 
     def modify_gradients(self, params, grads):
         chosen = [i for i, (p, g) in enumerate(zip(params, grads))
                   if g is not None and self.applies(p)]
-        total = sum(float((grads[i] * grads[i]).sum()) for i in chosen)
-        self.last_norm = norm = math.sqrt(total)
-        if not norm > self.max_norm:
+        if not chosen:
+            self._norm = 0.0
             return grads
-        scale = self.max_norm / (norm + 1e-6)
+        xp = backend.array_module(grads[chosen[0]])
+        self._norm = xp.sqrt(sum((grads[i] * grads[i]).sum(dtype=xp.float64) for i in chosen))
+        scale = xp.minimum(1.0, self.max_norm / (self._norm + 1e-6))
         grads = list(grads)
         for i in chosen:
-            grads[i] = grads[i] * scale
+            grads[i] = grads[i] * scale.astype(grads[i].dtype)
         return grads
 
 
