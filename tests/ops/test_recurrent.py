@@ -336,3 +336,11 @@ def test_bad_input_errors_name_op_argument_and_shapes(rng):
         nn.LSTM(x, var64(rng, F, 12), var64(rng, H, 12), var64(rng, 12), c0=var64(rng, 4, 2))
     with pytest.raises(ValueError, match=r"RNN: activation must be one of"):
         nn.RNN(x, W, R, b, activation="softsign")
+
+
+def test_lengths_accept_lists_int_netvars_and_integral_floats(rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "gru")
+    expected = nn.GRU(x, W, R, b, lengths=np.array(RAGGED)).data
+    for lengths in (RAGGED, nn.NetVar(RAGGED, dtype=int), np.array(RAGGED, dtype=float)):
+        np.testing.assert_array_equal(nn.GRU(x, W, R, b, lengths=lengths).data, expected)
