@@ -21,8 +21,8 @@ from .init import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
 from .viz import *  # noqa: F401,F403
-from .gradcheck import GradcheckError, gradcheck
-from .trace import Trace
+from .gradcheck import *  # noqa: F401,F403
+from .trace import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 

@@ -26,6 +26,7 @@ def cupy_module():
 
 
 def gpu_available():
+    """True when CuPy is installed and can see a GPU (``NetVar.to_gpu()`` then works)."""
     return cupy_module() is not None
 
 

@@ -140,10 +140,12 @@ def eval_mode():
 
 
 def is_training():
+    """True unless this thread is inside ``train_mode(False)`` / ``eval_mode()``."""
     return _state.train
 
 
 def is_grad_enabled():
+    """True unless this thread is inside ``no_grad()`` (ops then record no parents)."""
     return _state.grad
 
 
