@@ -1,5 +1,132 @@
-"""W7: W2-W4 on the GPU with CuPy, when CuPy and a GPU are present."""
+"""W7: W2-W4 on the GPU with CuPy, when CuPy and a GPU are present.
+
+The same workloads as on the CPU, with every array on the GPU: nnkit on CuPy arrays, the
+hand-written baselines of mlp.py and rnn.py run on CuPy (they are written against the arrays'
+module), and PyTorch on CUDA when it is installed with a GPU. In these rows the "NumPy" column is
+that hand-written CuPy baseline. Each call ends with a device synchronisation and the rows are
+timed in wall-clock time (process CPU time says nothing about the GPU).
+"""
+import numpy as np
+
+import nnkit as nn
 from nnkit import backend
+
+from . import harness, mlp, rnn
+from .harness import Row, check_close, interleaved, optional_torch
+
+
+def _synchronized(function, synchronize):
+    def run():
+        result = function()
+        synchronize()
+        return result
+    return run
+
+
+def _torch_cuda():
+    torch = optional_torch()
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch
+
+
+def _torch_mlp(torch, layers):
+    F = torch.nn.functional
+    params = [torch.tensor(a, device="cuda", requires_grad=True) for layer in layers
+              for a in layer]
+    optimizer = torch.optim.Adam(params, lr=mlp.LR, betas=mlp.BETAS, eps=mlp.EPS)
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        h = x
+        last = len(params) - 2
+        for i in range(0, len(params), 2):
+            h = h @ params[i] + params[i + 1]
+            if i < last:
+                h = F.relu(h)
+        loss = F.cross_entropy(h, y)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+    return step
+
+
+def _mlp_rows(cp, torch, rounds, sync):
+    """W2 and W3 on the GPU."""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    X = (digits.data / 16.0).astype(np.float32)
+    Y = digits.target.astype(np.int64)
+    digit_batches = [(X[i:i + 64], Y[i:i + 64]) for i in range(0, len(X), 64)]
+    big_layers, big_x, big_y = mlp.big_mlp_data()
+    rows = []
+    for label, layers, batches, target, number in (
+            ("W7 GPU: W2 digits MLP epoch", mlp.init_weights((64, 128, 128, 10)),
+             digit_batches, 1.25, 2),
+            ("W7 GPU: W3 784-1024-1024-10 MLP step", big_layers, [(big_x, big_y)], 1.10, 3)):
+        on_gpu = [(cp.asarray(x), cp.asarray(y)) for x, y in batches]
+        ours, theirs = mlp.NnkitMLP(layers, gpu=True), mlp.NumpyMLP(layers, xp=cp)
+        ours.gradients(*on_gpu[0])
+        theirs.gradients(*on_gpu[0])
+        check_close(label, [p.g.reshape(q.shape) for p, q in zip(ours.params, theirs.params)],
+                    theirs.grads)
+        models = {"nnkit": mlp.NnkitMLP(layers, gpu=True), "numpy": mlp.NumpyMLP(layers, xp=cp)}
+        contenders = {}
+        for name, model in models.items():
+            contenders[name] = _synchronized(
+                lambda m=model: [m.step(x, y) for x, y in on_gpu], sync)
+        if torch is not None:
+            step = _torch_mlp(torch, layers)
+            on_cuda = [(torch.as_tensor(x, device="cuda"), torch.as_tensor(y, device="cuda"))
+                       for x, y in batches]
+            contenders["torch"] = _synchronized(
+                lambda: [step(x, y) for x, y in on_cuda], torch.cuda.synchronize)
+        rows.append(Row(label, "ms", 1e3, interleaved(contenders, rounds, number),
+                        target=target))
+    return rows
+
+
+def _rnn_row(cp, torch, rounds, sync):
+    """W4 (the fused variable-length RNN) on the GPU."""
+    x, G, W0, R0, b0, lengths = rnn.make_data()
+    T = x.shape[0]
+    xg, Gg = cp.asarray(x), cp.asarray(G)
+    Wg, Rg, bg = cp.asarray(W0), cp.asarray(R0), cp.asarray(b0)
+    baseline = rnn.NumpyRNN(xg, Gg, lengths)
+    W, R, b = (nn.NetVar(a).to_gpu() for a in (W0, R0, b0))
+    xv = nn.NetVar(xg, requires_grad=False)
+
+    def fused():
+        W.reset()
+        R.reset()
+        b.reset()
+        nn.RNN(xv, W, R, b, lengths=lengths).back(Gg)
+        return [W.g, R.g, b.g.reshape(-1)]
+
+    check_close("W7 GPU: W4", fused(), baseline.gradients(Wg, Rg, bg), rtol=1e-3, atol=1e-4)
+    contenders = {"nnkit": _synchronized(fused, sync),
+                  "numpy": _synchronized(lambda: baseline.gradients(Wg, Rg, bg), sync)}
+    if torch is not None:
+        F, H = W0.shape
+        module = torch.nn.RNN(F, H).cuda()
+        with torch.no_grad():
+            module.weight_ih_l0.copy_(torch.from_numpy(W0.T))
+            module.weight_hh_l0.copy_(torch.from_numpy(R0.T))
+            module.bias_ih_l0.copy_(torch.from_numpy(b0))
+            module.bias_hh_l0.zero_()
+        xt, Gt = torch.from_numpy(x).cuda(), torch.from_numpy(G).cuda()
+        lengths_t = torch.from_numpy(lengths)           # pack_padded_sequence wants them on the CPU
+        pack, unpack = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
+
+        def torch_run():
+            module.zero_grad(set_to_none=True)
+            out, _ = module(pack(xt, lengths_t, enforce_sorted=False))
+            y, _ = unpack(out, total_length=T)
+            (y * Gt).sum().backward()
+
+        contenders["torch"] = _synchronized(torch_run, torch.cuda.synchronize)
+    return [Row("W7 GPU: W4 variable-length tanh RNN, fused", "ms", 1e3,
+                interleaved(contenders, rounds, 5), target=1.30)]
 
 
 def gpu_rows(rounds):
@@ -8,5 +135,13 @@ def gpu_rows(rounds):
     if cp is None:
         print("W7 skipped: CuPy with a working GPU is not available on this machine")
         return []
-    print("W7 skipped: the GPU workloads are not written yet")
-    return []
+    sync = cp.cuda.Device().synchronize
+    torch = _torch_cuda()
+    if torch is None:
+        print("W7: PyTorch with CUDA is not available; the PyTorch column stays empty")
+    saved = harness.clock
+    harness.use_clock("wall")
+    try:
+        return _mlp_rows(cp, torch, rounds, sync) + _rnn_row(cp, torch, rounds, sync)
+    finally:
+        harness.clock = saved

@@ -67,8 +67,10 @@ class Row:
 
 def check_close(name, ours, theirs, rtol=1e-4, atol=1e-6):
     """Raise unless every pair of gradient arrays agrees (the benchmarks compare equal work)."""
+    from nnkit.backend import to_cpu          # GPU rows compare device arrays on the host
     for position, (a, b) in enumerate(zip(ours, theirs)):
-        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        a = np.asarray(to_cpu(a), dtype=np.float64)
+        b = np.asarray(to_cpu(b), dtype=np.float64)
         if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol):
             worst = np.abs(a - b).max() if a.shape == b.shape else f"shape {a.shape} vs {b.shape}"
             raise AssertionError(f"{name}: gradient {position} differs from the baseline "

@@ -10,6 +10,7 @@ import tracemalloc
 import numpy as np
 
 import nnkit as nn
+from nnkit.backend import array_module
 
 from .harness import Row, check_close, interleaved, optional_torch
 
@@ -29,66 +30,76 @@ def init_weights(sizes, seed=0):
 
 
 def adam_numpy(p, g, m, v, t):
-    """The Adam update, in place, with one temporary (bias-corrected, as nnkit.Adam)."""
+    """The Adam update, in place, with one temporary (bias-corrected, as nnkit.Adam).
+
+    Written against the arrays' module, so the GPU rows (W7) run it on CuPy arrays too.
+    """
+    xp = array_module(p)
     b1, b2 = BETAS
     c1, c2 = 1 - b1 ** t, 1 - b2 ** t
-    tmp = np.multiply(g, 1 - b1)
+    tmp = xp.multiply(g, 1 - b1)
     m *= b1
     m += tmp
-    np.multiply(g, g, out=tmp)
+    xp.multiply(g, g, out=tmp)
     tmp *= 1 - b2
     v *= b2
     v += tmp
-    np.sqrt(v, out=tmp)                       # √(v/c2) + eps = (√v + eps·√c2) / √c2
+    xp.sqrt(v, out=tmp)                       # √(v/c2) + eps = (√v + eps·√c2) / √c2
     tmp += EPS * np.sqrt(c2)
-    np.divide(m, tmp, out=tmp)
+    xp.divide(m, tmp, out=tmp)
     tmp *= LR * np.sqrt(c2) / c1
     p -= tmp
 
 
 class NumpyMLP:
-    """The hand-written baseline: forward, backward and Adam into preallocated buffers."""
+    """The hand-written baseline: forward, backward and Adam into preallocated buffers.
 
-    def __init__(self, layers):
-        self.params = [a.copy() for layer in layers for a in layer]
-        self.grads = [np.empty_like(p) for p in self.params]
-        self.m = [np.zeros_like(p) for p in self.params]
-        self.v = [np.zeros_like(p) for p in self.params]
+    ``xp`` is NumPy here and CuPy for the GPU rows (the same code, the same buffers).
+    """
+
+    def __init__(self, layers, xp=np):
+        self.xp = xp
+        self.params = [xp.array(a) for layer in layers for a in layer]
+        self.grads = [xp.empty_like(p) for p in self.params]
+        self.m = [xp.zeros_like(p) for p in self.params]
+        self.v = [xp.zeros_like(p) for p in self.params]
         self.t = 0
         self.buffers = {}
 
     def _buffers(self, rows):
+        xp = self.xp
         if rows not in self.buffers:      # activations and their gradients, per batch size
             widths = [W.shape[1] for W in self.params[0::2]]
-            self.buffers[rows] = ([np.empty((rows, n), np.float32) for n in widths],
-                                  [np.empty((rows, n), np.float32) for n in widths])
+            self.buffers[rows] = ([xp.empty((rows, n), np.float32) for n in widths],
+                                  [xp.empty((rows, n), np.float32) for n in widths])
         return self.buffers[rows]
 
     def gradients(self, x, y):
+        xp = self.xp
         acts, deltas = self._buffers(len(x))
         n_layers = len(acts)
         a = x
         for i in range(n_layers):
             W, b = self.params[2 * i], self.params[2 * i + 1]
-            h = np.matmul(a, W, out=acts[i])
+            h = xp.matmul(a, W, out=acts[i])
             h += b
             if i < n_layers - 1:
-                np.maximum(h, 0, out=h)
+                xp.maximum(h, 0, out=h)
             a = h
-        z, rows = acts[-1], np.arange(len(x))
+        z, rows = acts[-1], xp.arange(len(x))
         z -= z.max(axis=1, keepdims=True)
-        dz = np.exp(z, out=deltas[-1])
+        dz = xp.exp(z, out=deltas[-1])
         total = dz.sum(axis=1, keepdims=True)
-        loss = float(np.log(total).mean() - z[rows, y].mean())
+        loss = float(xp.log(total).mean() - z[rows, y].mean())
         dz /= total
         dz[rows, y] -= 1
         dz /= len(x)
         for i in range(n_layers - 1, -1, -1):
             below = x if i == 0 else acts[i - 1]
-            np.matmul(below.T, dz, out=self.grads[2 * i])
-            np.sum(dz, axis=0, out=self.grads[2 * i + 1])
+            xp.matmul(below.T, dz, out=self.grads[2 * i])
+            xp.sum(dz, axis=0, out=self.grads[2 * i + 1])
             if i > 0:
-                d_below = np.matmul(dz, self.params[2 * i].T, out=deltas[i - 1])
+                d_below = xp.matmul(dz, self.params[2 * i].T, out=deltas[i - 1])
                 d_below *= below > 0
                 dz = d_below
         return loss
@@ -102,11 +113,14 @@ class NumpyMLP:
 
 
 class NnkitMLP:
-    """The same network written as an nnkit user would write it."""
+    """The same network written as an nnkit user would write it (on the GPU with ``gpu``)."""
 
-    def __init__(self, layers):
+    def __init__(self, layers, gpu=False):
         self.params = [nn.NetVar(a.copy().reshape(1, -1) if a.ndim == 1 else a.copy())
                        for layer in layers for a in layer]
+        if gpu:
+            for p in self.params:
+                p.to_gpu()
         self.optimizer = nn.Adam(self.params, lr=LR, momentum=BETAS[0], rms=BETAS[1], eps=EPS)
 
     def loss(self, x, y):

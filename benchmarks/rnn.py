@@ -8,6 +8,7 @@ a step loop whose batch shrinks as sequences end.
 import numpy as np
 
 import nnkit as nn
+from nnkit.backend import array_module
 
 from .harness import Row, check_close, interleaved, optional_torch
 
@@ -27,42 +28,48 @@ def make_data(B=32, F=32, H=128, shortest=5, longest=100, seed=0):
 
 
 class NumpyRNN:
-    """The hand-written baseline: packed valid steps, shrinking batch, in-place BPTT."""
+    """The hand-written baseline: packed valid steps, shrinking batch, in-place BPTT.
+
+    ``x`` and ``G`` may be CuPy arrays (the GPU rows, W7): the same code runs on their module;
+    ``lengths`` stays a host array, as the bookkeeping is done once, on the host.
+    """
 
     def __init__(self, x, G, lengths):
         T, B, F = x.shape
+        self.xp = array_module(x)
         self.order = np.argsort(-lengths, kind="stable")
         running = np.arange(T)[:, None] < lengths[self.order][None, :]
         self.sizes = running.sum(axis=1).tolist()
         self.offsets = np.concatenate(([0], np.cumsum(self.sizes))).tolist()
         t, j = np.nonzero(running)
-        self.rows = t * B + self.order[j]
+        self.rows = self.xp.asarray(t * B + self.order[j])
         self.x, self.G = x, G
 
     def gradients(self, W, R, b):
+        xp = self.xp
         T, B, F = self.x.shape
         H = R.shape[0]
         sizes, offsets, rows = self.sizes, self.offsets, self.rows
         Xp = self.x.reshape(T * B, F)[rows]
         Y = Xp @ W                              # pre-activations, then outputs, in place
         Y += b
-        h0 = np.zeros((B, H), np.float32)
+        h0 = xp.zeros((B, H), np.float32)
         for t, n in enumerate(sizes):
             s = offsets[t]
             a = Y[s:s + n]
             a += (h0[:n] if t == 0 else Y[offsets[t - 1]:offsets[t - 1] + n]) @ R
-            np.tanh(a, out=a)
+            xp.tanh(a, out=a)
         dA = self.G.reshape(T * B, H)[rows]     # the upstream gradient, packed
-        dh = np.zeros((B, H), np.float32)
+        dh = xp.zeros((B, H), np.float32)
         RT = R.T
-        previous = np.empty_like(Y)             # h_{t−1} of every valid position, for dR
+        previous = xp.empty_like(Y)             # h_{t−1} of every valid position, for dR
         for t in range(len(sizes) - 1, -1, -1):
             n, s = sizes[t], offsets[t]
             da = dA[s:s + n]
             da += dh[:n]
             y = Y[s:s + n]
             da *= 1 - y * y
-            np.matmul(da, RT, out=dh[:n])
+            xp.matmul(da, RT, out=dh[:n])
             previous[s:s + n] = h0[:n] if t == 0 else Y[offsets[t - 1]:offsets[t - 1] + n]
         return [Xp.T @ dA, previous.T @ dA, dA.sum(axis=0)]
 
