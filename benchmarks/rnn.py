@@ -74,13 +74,8 @@ class NumpyRNN:
         return [Xp.T @ dA, previous.T @ dA, dA.sum(axis=0)]
 
 
-def rnn_rows(rounds, number=5):
-    """W4 rows: the fused op (target 1.3x of NumPy) and the unrolled RNNCell loop."""
-    x, G, W0, R0, b0, lengths = make_data()
-    T, B, F = x.shape
-    baseline = NumpyRNN(x, G, lengths)
-    reference = baseline.gradients(W0, R0, b0)
-    W, R, b = nn.NetVar(W0), nn.NetVar(R0), nn.NetVar(b0)
+def fused_gradients(x, G, W, R, b, lengths):
+    """A function computing dW, dR, db of Σ G·y through one fused ``nnkit.RNN`` node."""
     xv = nn.NetVar(x, requires_grad=False)
 
     def fused():
@@ -89,6 +84,17 @@ def rnn_rows(rounds, number=5):
         b.reset()
         nn.RNN(xv, W, R, b, lengths=lengths).back(G)
         return [W.g, R.g, b.g.reshape(-1)]
+    return fused
+
+
+def rnn_rows(rounds, number=5):
+    """W4 rows: the fused op (target 1.3x of NumPy) and the unrolled RNNCell loop."""
+    x, G, W0, R0, b0, lengths = make_data()
+    T, B, F = x.shape
+    baseline = NumpyRNN(x, G, lengths)
+    reference = baseline.gradients(W0, R0, b0)
+    W, R, b = nn.NetVar(W0), nn.NetVar(R0), nn.NetVar(b0)
+    fused = fused_gradients(x, G, W, R, b, lengths)
 
     order = baseline.order
     xs = [x[t][order[:n]] for t, n in enumerate(baseline.sizes)]      # sorted, valid rows
