@@ -36,6 +36,7 @@ class ReLU(NetOp):
     y = max(x, 0)
     dx = g · [x > 0]
     """
+    __slots__ = ()
 
     def __init__(self, x):
         xp = backend.array_module(x._data)
@@ -51,6 +52,7 @@ class LReLU(NetOp):
     y = x if x > 0 else s · x
     dx = g if x > 0 else s · g
     """
+    __slots__ = ("s",)
 
     def __init__(self, x, s=0.01):
         self.s = s = _finite_number("LReLU", "the slope s", s)
@@ -69,6 +71,7 @@ class Sigmoid(NetOp):
     y = 1 / (1 + e^−x)
     dx = g · y · (1 − y)
     """
+    __slots__ = ()
 
     def __init__(self, x):
         xp = backend.array_module(x._data)
@@ -76,23 +79,26 @@ class Sigmoid(NetOp):
         super().__init__(xp.where(x._data >= 0, 1 / (1 + e), e / (1 + e)), x)
 
     def _back(self, x):
-        y = self._data
-        x.accumulate(self._g * (y * (1 - y)))
+        gy = self._g * self._data
+        x.accumulate(gy - gy * self._data)      # g·y − g·y²: no Python-scalar operand (slow)
 
 
 class Tanh(NetOp):
     """Hyperbolic tangent.
 
     y = tanh(x)
-    dx = g · (1 − y²)
+    dx = g · (1 − y²) = g − g·y·y
     """
+    __slots__ = ()
 
     def __init__(self, x):
         NetOp.__init__(self, backend.array_module(x._data).tanh(x._data), x)   # no super(): hot
 
     def _back(self, x):
-        y = self._data
-        x.accumulate(self._g * (1 - y * y))
+        # g − g·y·y: three array-array operations; `1 − y²` would make NumPy convert a
+        # Python scalar, the slowest part of a tiny op's backward.
+        g, y = self._g, self._data
+        x.accumulate(g - g * y * y)
 
 
 class SoftMax(NetOp):
@@ -101,6 +107,7 @@ class SoftMax(NetOp):
     y = e^(x − max x) / Σ e^(x − max x)
     dx = y · (g − Σ g·y)      (the full Jacobian-vector product, sums over the last axis)
     """
+    __slots__ = ()
 
     def __init__(self, x):
         xp = backend.array_module(x._data)

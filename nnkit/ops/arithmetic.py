@@ -5,6 +5,8 @@ These ops call ``NetOp.__init__(self, ...)`` rather than ``super().__init__(...)
 Python 3.11 the super() lookup costs ~0.1 µs, a tenth of a tiny op's whole budget.
 The four elementwise ops compute directly when both operands are nodes (no helper call);
 ``_binary`` converts plain operands and words the errors.
+The hot op classes declare ``__slots__`` (empty, or their one constant): a node then carries no
+``__dict__``, which makes it smaller and ~60 ns faster to build.
 A ``_back`` tests ``requires_grad`` before computing or passing a parent's gradient: constants
 (a bias-free operand, a scalar) then cost no call and no array at all.
 Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient g.
@@ -59,6 +61,7 @@ class Multiply(NetOp):
     dw = xᵀ @ g
     x is (..., B, F) and w is (F, H) (or a stack of them); y is (..., B, H).
     """
+    __slots__ = ()
 
     def __init__(self, x, w):
         x, w = _nodes(x, w)
@@ -96,15 +99,12 @@ class Add(NetOp):
     y = a + b
     da = g,  db = g   (each summed over the axes it was broadcast along)
     """
+    __slots__ = ()
 
     def __init__(self, a, b):
-        if isinstance(a, NetVar) and isinstance(b, NetVar):
-            try:
-                y = a._data + b._data
-            except (ValueError, TypeError):
-                _binary("Add", operator.add, a, b)     # raises the op's error
-                raise
-        else:
+        try:
+            y = a._data + b._data
+        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
             a, b, y = _binary("Add", operator.add, a, b)
         NetOp.__init__(self, y, a, b)
 
@@ -121,15 +121,12 @@ class Sub(NetOp):
     y = a − b
     da = g,  db = −g
     """
+    __slots__ = ()
 
     def __init__(self, a, b):
-        if isinstance(a, NetVar) and isinstance(b, NetVar):
-            try:
-                y = a._data - b._data
-            except (ValueError, TypeError):
-                _binary("Sub", operator.sub, a, b)     # raises the op's error
-                raise
-        else:
+        try:
+            y = a._data - b._data
+        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
             a, b, y = _binary("Sub", operator.sub, a, b)
         NetOp.__init__(self, y, a, b)
 
@@ -146,15 +143,12 @@ class Mul(NetOp):
     y = a · b
     da = g · b,  db = g · a
     """
+    __slots__ = ()
 
     def __init__(self, a, b):
-        if isinstance(a, NetVar) and isinstance(b, NetVar):
-            try:
-                y = a._data * b._data
-            except (ValueError, TypeError):
-                _binary("Mul", operator.mul, a, b)     # raises the op's error
-                raise
-        else:
+        try:
+            y = a._data * b._data
+        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
             a, b, y = _binary("Mul", operator.mul, a, b)
         NetOp.__init__(self, y, a, b)
 
@@ -172,15 +166,12 @@ class Div(NetOp):
     y = a / b
     da = g / b,  db = −g · y / b
     """
+    __slots__ = ()
 
     def __init__(self, a, b):
-        if isinstance(a, NetVar) and isinstance(b, NetVar):
-            try:
-                y = a._data / b._data
-            except (ValueError, TypeError):
-                _binary("Div", operator.truediv, a, b)     # raises the op's error
-                raise
-        else:
+        try:
+            y = a._data / b._data
+        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
             a, b, y = _binary("Div", operator.truediv, a, b)
         NetOp.__init__(self, y, a, b)
 
@@ -198,6 +189,7 @@ class Neg(NetOp):
     y = −x
     dx = −g
     """
+    __slots__ = ()
 
     def __init__(self, x):
         NetOp.__init__(self, -x._data, x)
@@ -212,6 +204,7 @@ class Pow(NetOp):
     y = x ** p
     dx = g · p · x ** (p − 1)
     """
+    __slots__ = ("p",)
 
     def __init__(self, x, p):
         if isinstance(p, NetVar):
@@ -238,6 +231,7 @@ class Exp(NetOp):
     y = eˣ
     dx = g · y
     """
+    __slots__ = ()
 
     def __init__(self, x):
         NetOp.__init__(self, backend.array_module(x._data).exp(x._data), x)
@@ -252,6 +246,7 @@ class Log(NetOp):
     y = ln x
     dx = g / x
     """
+    __slots__ = ()
 
     def __init__(self, x):
         NetOp.__init__(self, backend.array_module(x._data).log(x._data), x)
