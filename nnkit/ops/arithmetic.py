@@ -31,7 +31,7 @@ def _nodes(a, b):
 def _binary(op, function, a, b):
     """``(a, b, function(a, b))`` on the operands' data, as nodes, with errors naming the op.
 
-    One helper for conversion and computation: it sits on the path of every + − × ÷.
+    The slow path of + − × ÷: plain operands, and the errors of the direct computation.
     """
     if not isinstance(a, NetVar) or not isinstance(b, NetVar):
         a, b = _nodes(a, b)
@@ -43,14 +43,6 @@ def _binary(op, function, a, b):
     except TypeError:
         backend.check_same_device(op, a._data, b._data)
         raise
-
-
-def _elementwise(op, function, a, b):
-    """``function(a, b)`` on the data of two nodes, with errors naming the op."""
-    return _binary(op, function, a, b)[2]
-
-
-_mul = operator.mul
 
 
 class Multiply(NetOp):
