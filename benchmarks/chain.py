@@ -23,6 +23,13 @@ def run_chain(h, kinds, a, b, tanh):
     return h
 
 
+def run_unrolled(h, W, b, tanh, steps):
+    """W5's h ← tanh(h·W + b), ``steps`` times, on nodes of any framework."""
+    for _ in range(steps):
+        h = tanh(h @ W + b)
+    return h
+
+
 def tiny_chain(rounds, ops=1000, number=20):
     """W1: x + a, · b, tanh repeated on shape (4,), forward + backward; µs per op.
 
@@ -95,10 +102,7 @@ def _unrolled(batch, hidden, seed=0):
     h_in = nn.NetVar(h0, requires_grad=False)
 
     def nnkit_forward(steps):
-        h = h_in
-        for _ in range(steps):
-            h = nn.Tanh(h @ W + b)
-        return [h]
+        return [run_unrolled(h_in, W, b, nn.Tanh, steps)]
 
     def nnkit_backward(holder):
         W.reset()
@@ -134,10 +138,7 @@ def _unrolled(batch, hidden, seed=0):
         ht = torch.tensor(h0)
 
         def torch_forward(steps):
-            h = ht
-            for _ in range(steps):
-                h = torch.tanh(h @ Wt + bt)
-            return [h]
+            return [run_unrolled(ht, Wt, bt, torch.tanh, steps)]
 
         def torch_backward(holder):
             Wt.grad = bt.grad = None
