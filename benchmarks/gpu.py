@@ -89,7 +89,6 @@ def _mlp_rows(cp, torch, rounds, sync):
 def _rnn_row(cp, torch, rounds, sync):
     """W4 (the fused variable-length RNN) on the GPU."""
     x, G, W0, R0, b0, lengths = rnn.make_data()
-    T = x.shape[0]
     xg, Gg = cp.asarray(x), cp.asarray(G)
     Wg, Rg, bg = cp.asarray(W0), cp.asarray(R0), cp.asarray(b0)
     baseline = rnn.NumpyRNN(xg, Gg, lengths)
@@ -100,24 +99,9 @@ def _rnn_row(cp, torch, rounds, sync):
     contenders = {"nnkit": _synchronized(fused, sync),
                   "numpy": _synchronized(lambda: baseline.gradients(Wg, Rg, bg), sync)}
     if torch is not None:
-        F, H = W0.shape
-        module = torch.nn.RNN(F, H).cuda()
-        with torch.no_grad():
-            module.weight_ih_l0.copy_(torch.from_numpy(W0.T))
-            module.weight_hh_l0.copy_(torch.from_numpy(R0.T))
-            module.bias_ih_l0.copy_(torch.from_numpy(b0))
-            module.bias_hh_l0.zero_()
-        xt, Gt = torch.from_numpy(x).cuda(), torch.from_numpy(G).cuda()
-        lengths_t = torch.from_numpy(lengths)           # pack_padded_sequence wants them on the CPU
-        pack, unpack = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
-
-        def torch_run():
-            module.zero_grad(set_to_none=True)
-            out, _ = module(pack(xt, lengths_t, enforce_sorted=False))
-            y, _ = unpack(out, total_length=T)
-            (y * Gt).sum().backward()
-
-        contenders["torch"] = _synchronized(torch_run, torch.cuda.synchronize)
+        contenders["torch"] = _synchronized(
+            rnn.torch_gradients(torch, x, G, W0, R0, b0, lengths, device="cuda"),
+            torch.cuda.synchronize)
     return [Row("W7 GPU: W4 variable-length tanh RNN, fused", "ms", 1e3,
                 interleaved(contenders, rounds, 5), target=1.30)]
 

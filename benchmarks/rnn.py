@@ -87,10 +87,33 @@ def fused_gradients(x, G, W, R, b, lengths):
     return fused
 
 
+def torch_gradients(torch, x, G, W, R, b, lengths, device="cpu"):
+    """The PyTorch contender of W4 (and W7 with ``device="cuda"``): a function computing dW,
+    dR, db of Σ G·y through ``torch.nn.RNN`` holding W, R, b, as tensors on ``device``."""
+    T = x.shape[0]
+    module = torch.nn.RNN(*W.shape).to(device)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(torch.from_numpy(W.T))
+        module.weight_hh_l0.copy_(torch.from_numpy(R.T))
+        module.bias_ih_l0.copy_(torch.from_numpy(b))
+        module.bias_hh_l0.zero_()
+    xt, Gt = torch.from_numpy(x).to(device), torch.from_numpy(G).to(device)
+    lengths_t = torch.from_numpy(lengths)           # pack_padded_sequence wants them on the CPU
+    pack, unpack = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
+
+    def run():
+        module.zero_grad(set_to_none=True)
+        out, _ = module(pack(xt, lengths_t, enforce_sorted=False))
+        y, _ = unpack(out, total_length=T)
+        (y * Gt).sum().backward()
+        return [module.weight_ih_l0.grad.T, module.weight_hh_l0.grad.T, module.bias_ih_l0.grad]
+    return run
+
+
 def rnn_rows(rounds, number=5):
     """W4 rows: the fused op (target 1.3x of NumPy) and the unrolled RNNCell loop."""
     x, G, W0, R0, b0, lengths = make_data()
-    T, B, F = x.shape
+    B = x.shape[1]
     baseline = NumpyRNN(x, G, lengths)
     reference = baseline.gradients(W0, R0, b0)
     W, R, b = nn.NetVar(W0), nn.NetVar(R0), nn.NetVar(b0)
@@ -121,25 +144,9 @@ def rnn_rows(rounds, number=5):
     unrolled_runs = {"nnkit": unrolled, "numpy": fused_runs["numpy"]}
     torch = optional_torch()
     if torch is not None:
-        rnn = torch.nn.RNN(F, W0.shape[1])
-        with torch.no_grad():
-            rnn.weight_ih_l0.copy_(torch.from_numpy(W0.T))
-            rnn.weight_hh_l0.copy_(torch.from_numpy(R0.T))
-            rnn.bias_ih_l0.copy_(torch.from_numpy(b0))
-            rnn.bias_hh_l0.zero_()
-        xt, Gt = torch.from_numpy(x), torch.from_numpy(G)
-        lengths_t = torch.from_numpy(lengths)
-        pack, unpack = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
-
-        def torch_run():
-            rnn.zero_grad(set_to_none=True)
-            out, _ = rnn(pack(xt, lengths_t, enforce_sorted=False))
-            y, _ = unpack(out, total_length=T)
-            (y * Gt).sum().backward()
-            return [rnn.weight_ih_l0.grad.numpy().T, rnn.weight_hh_l0.grad.numpy().T,
-                    rnn.bias_ih_l0.grad.numpy()]
-
-        check_close("W4 (PyTorch)", torch_run(), reference, rtol=1e-3, atol=1e-4)
+        torch_run = torch_gradients(torch, x, G, W0, R0, b0, lengths)
+        check_close("W4 (PyTorch)", [g.numpy() for g in torch_run()], reference,
+                    rtol=1e-3, atol=1e-4)
         fused_runs["torch"] = unrolled_runs["torch"] = torch_run
     rows = [Row("W4 variable-length tanh RNN, fused nnkit.RNN", "ms", 1e3,
                 interleaved(fused_runs, rounds, number), target=1.30)]
