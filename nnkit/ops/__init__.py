@@ -3,8 +3,8 @@
 Each family module lists its public names in ``__all__``; they are re-exported here and from
 ``nnkit``.
 """
-from . import (activation, arithmetic, conv, embedding, indexing, loss, math, normalization,
-               recurrent, reduce, regularization, shape)
+from . import (activation, arithmetic, cells, classification, conv, embedding, indexing, loss,
+               math, normalization, recurrent, reduce, regularization, shape)
 from .arithmetic import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
@@ -12,12 +12,15 @@ from .indexing import *  # noqa: F401,F403
 from .math import *  # noqa: F401,F403
 from .activation import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
+from .classification import *  # noqa: F401,F403
 from .regularization import *  # noqa: F401,F403
 from .normalization import *  # noqa: F401,F403
 from .embedding import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .recurrent import *  # noqa: F401,F403
+from .cells import *  # noqa: F401,F403
 
 __all__ = [name for family in (arithmetic, reduce, shape, indexing, math, activation, loss,
-                               regularization, normalization, embedding, conv, recurrent)
+                               classification, regularization, normalization, embedding, conv,
+                               recurrent, cells)
            for name in family.__all__]

@@ -1,4 +1,4 @@
-"""Recurrent layers over time-major (T, B, F) sequences: fused ops and per-step cells.
+"""Fused recurrent layers over time-major (T, B, F) sequences.
 
 The fused ops ``RNN``, ``LSTM`` and ``GRU`` are ONE node each for a whole (ragged) batch of
 sequences: the loop over time runs inside the constructor, and ``_back`` does
@@ -14,20 +14,17 @@ state is frozen and its outputs are zero; ``op.final`` (and ``op.final_c`` for t
 the (B, H) state of each sequence at its own last step, a node usable downstream. Padded steps
 add nothing to any gradient.
 
-The cells ``RNNCell``, ``LSTMCell`` and ``GRUCell`` compute one step from ordinary ops with the
-same weights; an unrolled loop of cells gives the fused op's values and gradients.
+The per-step cells with the same weights (``RNNCell``, ``LSTMCell``, ``GRUCell``) are in
+``cells``: an unrolled loop of cells gives the fused op's values and gradients.
 """
 
-__all__ = ['RNN', 'LSTM', 'GRU', 'RecurrentState', 'RNNCell', 'LSTMCell', 'GRUCell']
+__all__ = ['RNN', 'LSTM', 'GRU', 'RecurrentState']
 import weakref
 
 import numpy
 
 from .. import backend
 from ..core import NetOp, NetVar, constant
-from .activation import ReLU, Sigmoid, Tanh
-from .arithmetic import Add, Mul, Multiply, Sub
-from .indexing import Split
 
 
 # ----------------------------------------------------------------------------- activations
@@ -516,81 +513,3 @@ class GRU(_Recurrent):
             carry += dht * u
             dh[:n] = carry
         return dA, dU
-
-
-# ----------------------------------------------------------------------------- cells
-
-def _check_cell(op, k, x, h, W, R, b, c=None):
-    """A cell's shapes: x (B, F); h, c (B, H); W (F, k·H); R (H, k·H); b (k·H,), (1, k·H) or,
-    for the GRU (k = 3), (2, 3H). Errors name the cell, the argument and the shapes."""
-    named = [("x", x), ("h", h), ("W", W), ("R", R), ("b", b)]
-    if c is not None:
-        named.append(("c", c))
-    shapes = {}
-    for name, value in named:
-        if not hasattr(value, "shape"):
-            raise TypeError(f"{op}: {name} must be a NetVar or an array, got "
-                            f"{type(value).__name__}")
-        shapes[name] = tuple(value.shape)
-    if any(len(shapes[name]) != 2 for name in ("x", "h", "W", "R")):
-        raise ValueError(f"{op}: x, h, W and R must be 2-D, got shapes {shapes['x']}, "
-                         f"{shapes['h']}, {shapes['W']} and {shapes['R']}")
-    H = shapes["R"][0]
-    if shapes["R"] != (H, k * H):
-        raise ValueError(f"{op}: R of shape {shapes['R']} must be (H, {k}·H)")
-    if shapes["W"] != (shapes["x"][1], k * H):
-        raise ValueError(f"{op}: W of shape {shapes['W']} must be (F, {k}·H) = "
-                         f"({shapes['x'][1]}, {k * H}) for x of shape {shapes['x']} and R of "
-                         f"shape {shapes['R']}")
-    for name in ("h", "c"):
-        if name in shapes and shapes[name] not in ((shapes["x"][0], H), (1, H)):
-            raise ValueError(f"{op}: {name} of shape {shapes[name]} must be (B, H) = "
-                             f"({shapes['x'][0]}, {H}) or (1, {H})")
-    allowed = ((2, 3 * H),) if op == "GRUCell" else ((k * H,), (1, k * H))
-    if shapes["b"] not in allowed:
-        raise ValueError(f"{op}: b of shape {shapes['b']} must be "
-                         f"{' or '.join(str(s) for s in allowed)} for H = {H}")
-
-
-def _pre_activation(x, h, W, R, b):
-    return Add(Add(Multiply(x, W), Multiply(h, R)), b)
-
-
-def RNNCell(x, h, W, R, b, activation='tanh'):
-    """One step of ``RNN`` from ordinary ops: y = f(x·W + h·R + b).
-
-    x (B, F), h (B, H), W (F, H), R (H, H), b (H,) or (1, H); returns the (B, H) node y.
-    """
-    _check_cell("RNNCell", 1, x, h, W, R, b)
-    a = _pre_activation(x, h, W, R, b)
-    ops = {'tanh': Tanh, 'sigmoid': Sigmoid, 'relu': ReLU, 'linear': None}
-    if activation not in ops:
-        raise ValueError(f"RNNCell: activation must be one of {sorted(ops)}, got {activation!r}")
-    return a if ops[activation] is None else ops[activation](a)
-
-
-def LSTMCell(x, h, c, W, R, b):
-    """One step of ``LSTM`` from ordinary ops; returns the nodes (h_t, c_t).
-
-    [i f g o] = x·W + h·R + b;  c_t = σ(f)·c + σ(i)·tanh(g);  h_t = σ(o)·tanh(c_t)
-    x (B, F), h and c (B, H), W (F, 4H), R (H, 4H), b (4H,) or (1, 4H).
-    """
-    _check_cell("LSTMCell", 4, x, h, W, R, b, c)
-    i, f, g, o = Split(_pre_activation(x, h, W, R, b), 4, axis=-1)
-    c_new = Add(Mul(Sigmoid(f), c), Mul(Sigmoid(i), Tanh(g)))
-    return Mul(Sigmoid(o), Tanh(c_new)), c_new
-
-
-def GRUCell(x, h, W, R, b):
-    """One step of ``GRU`` from ordinary ops (PyTorch's convention); returns the node h_t.
-
-    [a_r a_z a_n] = x·W + b[0],  [u_r u_z u_n] = h·R + b[1]
-    r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r·u_n),  h_t = n + z·(h − n)
-    x (B, F), h (B, H), W (F, 3H), R (H, 3H), b (2, 3H).
-    """
-    _check_cell("GRUCell", 3, x, h, W, R, b)
-    a_r, a_z, a_n = Split(Add(Multiply(x, W), b[0:1]), 3, axis=-1)
-    u_r, u_z, u_n = Split(Add(Multiply(h, R), b[1:2]), 3, axis=-1)
-    r, z = Sigmoid(Add(a_r, u_r)), Sigmoid(Add(a_z, u_z))
-    n = Tanh(Add(a_n, Mul(r, u_n)))
-    return Add(n, Mul(z, Sub(h, n)))

@@ -1,0 +1,88 @@
+"""Recurrent cells: one step of ``RNN``, ``LSTM`` or ``GRU`` built from ordinary ops.
+
+A cell takes the step's input x (B, F) and the previous state(s) (B, H) with the fused op's
+weights W (F, k·H), R (H, k·H) and b, and returns the new state(s) as ordinary nodes, so a
+Python loop of cells is an unrolled recurrent layer (any control flow, any length, and the
+same values and gradients as the fused op).
+"""
+
+__all__ = ['RNNCell', 'LSTMCell', 'GRUCell']
+from .activation import ReLU, Sigmoid, Tanh
+from .arithmetic import Add, Mul, Multiply, Sub
+from .indexing import Split
+
+
+def _check_cell(op, k, x, h, W, R, b, c=None):
+    """A cell's shapes: x (B, F); h, c (B, H); W (F, k·H); R (H, k·H); b (k·H,), (1, k·H) or,
+    for the GRU (k = 3), (2, 3H). Errors name the cell, the argument and the shapes."""
+    named = [("x", x), ("h", h), ("W", W), ("R", R), ("b", b)]
+    if c is not None:
+        named.append(("c", c))
+    shapes = {}
+    for name, value in named:
+        if not hasattr(value, "shape"):
+            raise TypeError(f"{op}: {name} must be a NetVar or an array, got "
+                            f"{type(value).__name__}")
+        shapes[name] = tuple(value.shape)
+    if any(len(shapes[name]) != 2 for name in ("x", "h", "W", "R")):
+        raise ValueError(f"{op}: x, h, W and R must be 2-D, got shapes {shapes['x']}, "
+                         f"{shapes['h']}, {shapes['W']} and {shapes['R']}")
+    H = shapes["R"][0]
+    if shapes["R"] != (H, k * H):
+        raise ValueError(f"{op}: R of shape {shapes['R']} must be (H, {k}·H)")
+    if shapes["W"] != (shapes["x"][1], k * H):
+        raise ValueError(f"{op}: W of shape {shapes['W']} must be (F, {k}·H) = "
+                         f"({shapes['x'][1]}, {k * H}) for x of shape {shapes['x']} and R of "
+                         f"shape {shapes['R']}")
+    for name in ("h", "c"):
+        if name in shapes and shapes[name] not in ((shapes["x"][0], H), (1, H)):
+            raise ValueError(f"{op}: {name} of shape {shapes[name]} must be (B, H) = "
+                             f"({shapes['x'][0]}, {H}) or (1, {H})")
+    allowed = ((2, 3 * H),) if op == "GRUCell" else ((k * H,), (1, k * H))
+    if shapes["b"] not in allowed:
+        raise ValueError(f"{op}: b of shape {shapes['b']} must be "
+                         f"{' or '.join(str(s) for s in allowed)} for H = {H}")
+
+
+def _pre_activation(x, h, W, R, b):
+    return Add(Add(Multiply(x, W), Multiply(h, R)), b)
+
+
+def RNNCell(x, h, W, R, b, activation='tanh'):
+    """One step of ``RNN`` from ordinary ops: y = f(x·W + h·R + b).
+
+    x (B, F), h (B, H), W (F, H), R (H, H), b (H,) or (1, H); returns the (B, H) node y.
+    """
+    _check_cell("RNNCell", 1, x, h, W, R, b)
+    a = _pre_activation(x, h, W, R, b)
+    ops = {'tanh': Tanh, 'sigmoid': Sigmoid, 'relu': ReLU, 'linear': None}
+    if activation not in ops:
+        raise ValueError(f"RNNCell: activation must be one of {sorted(ops)}, got {activation!r}")
+    return a if ops[activation] is None else ops[activation](a)
+
+
+def LSTMCell(x, h, c, W, R, b):
+    """One step of ``LSTM`` from ordinary ops; returns the nodes (h_t, c_t).
+
+    [i f g o] = x·W + h·R + b;  c_t = σ(f)·c + σ(i)·tanh(g);  h_t = σ(o)·tanh(c_t)
+    x (B, F), h and c (B, H), W (F, 4H), R (H, 4H), b (4H,) or (1, 4H).
+    """
+    _check_cell("LSTMCell", 4, x, h, W, R, b, c)
+    i, f, g, o = Split(_pre_activation(x, h, W, R, b), 4, axis=-1)
+    c_new = Add(Mul(Sigmoid(f), c), Mul(Sigmoid(i), Tanh(g)))
+    return Mul(Sigmoid(o), Tanh(c_new)), c_new
+
+
+def GRUCell(x, h, W, R, b):
+    """One step of ``GRU`` from ordinary ops (PyTorch's convention); returns the node h_t.
+
+    [a_r a_z a_n] = x·W + b[0],  [u_r u_z u_n] = h·R + b[1]
+    r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r·u_n),  h_t = n + z·(h − n)
+    x (B, F), h (B, H), W (F, 3H), R (H, 3H), b (2, 3H).
+    """
+    _check_cell("GRUCell", 3, x, h, W, R, b)
+    a_r, a_z, a_n = Split(Add(Multiply(x, W), b[0:1]), 3, axis=-1)
+    u_r, u_z, u_n = Split(Add(Multiply(h, R), b[1:2]), 3, axis=-1)
+    r, z = Sigmoid(Add(a_r, u_r)), Sigmoid(Add(a_z, u_z))
+    n = Tanh(Add(a_n, Mul(r, u_n)))
+    return Add(n, Mul(z, Sub(h, n)))

@@ -1,0 +1,93 @@
+"""The cells (one step from ordinary ops) against the fused recurrent ops they unroll."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+from tests.ops.test_recurrent import B, F, H, KINDS, T, fused, params
+
+
+def unrolled(kind, xs, W, R, b, h0, c0, lengths):
+    """A loop of cells over a ragged batch: rows past their length keep their state (masking)."""
+    lengths = np.asarray(lengths)
+    h, c = h0, c0
+    outputs = []
+    for t, x_t in enumerate(xs):
+        m = nn.constant((t < lengths)[:, None].astype(np.float64))
+        keep = nn.constant(1.0 - m.data)
+        if kind == "lstm":
+            h_new, c_new = nn.LSTMCell(x_t, h, c, W, R, b)
+            c = m * c_new + keep * c
+        elif kind == "gru":
+            h_new = nn.GRUCell(x_t, h, W, R, b)
+        else:
+            h_new = nn.RNNCell(x_t, h, W, R, b, activation=kind.split("-")[1])
+        h = m * h_new + keep * h
+        outputs.append(m * h_new)
+    return outputs, h, c
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fused_equals_unrolled_cells(kind, rng):
+    lengths = [3, 5, 1, 5]
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, kind)
+    h0 = var64(rng, B, H)
+    c0 = var64(rng, B, H)
+    gy, gh, gc = (rng.standard_normal(s) for s in ((T, B, H), (B, H), (B, H)))
+
+    op = fused(kind, x, W, R, b, h0, c0 if kind == "lstm" else None, lengths)
+    total = (op * gy).sum() + (op.final * gh).sum()
+    if kind == "lstm":
+        total = total + (op.final_c * gc).sum()
+    total.back()
+    fused_grads = [p.g.copy() for p in (x, W, R, b, h0, c0)]
+    for p in (x, W, R, b, h0, c0):
+        p.reset()
+
+    xs = [nn.NetVar(x.data[t]) for t in range(T)]
+    outputs, h, c = unrolled(kind, xs, W, R, b, h0, c0, lengths)
+    total = (h * gh).sum()
+    for t, y_t in enumerate(outputs):
+        np.testing.assert_allclose(y_t.data, op.data[t], rtol=0, atol=1e-10)
+        total = total + (y_t * gy[t]).sum()
+    np.testing.assert_allclose(h.data, op.final.data, rtol=0, atol=1e-10)
+    if kind == "lstm":
+        np.testing.assert_allclose(c.data, op.final_c.data, rtol=0, atol=1e-10)
+        total = total + (c * gc).sum()
+    total.back()
+    np.testing.assert_allclose(np.stack([x_t.g for x_t in xs]), fused_grads[0], rtol=0,
+                               atol=1e-10)
+    for p, expected in zip((W, R, b, h0, c0), fused_grads[1:]):
+        np.testing.assert_allclose(p.g, expected, rtol=0, atol=1e-10)
+    assert np.abs(fused_grads[1]).max() > 0.1     # the comparison is not vacuous
+
+
+@pytest.mark.parametrize("kind", ["rnn-tanh", "lstm", "gru"])
+def test_cells_gradcheck(kind, rng):
+    x, h, c = var64(rng, 2, F), var64(rng, 2, H), var64(rng, 2, H)
+    W, R, b = params(rng, kind)
+    if kind == "lstm":
+        assert nn.gradcheck(lambda *a: nn.LSTMCell(*a)[0] + nn.LSTMCell(*a)[1] * 2,
+                            x, h, c, W, R, b)
+    elif kind == "gru":
+        assert nn.gradcheck(nn.GRUCell, x, h, W, R, b)
+    else:
+        assert nn.gradcheck(nn.RNNCell, x, h, W, R, b)
+
+
+def test_ten_thousand_steps_fused_and_unrolled(rng):
+    steps = 10_000
+    x = var64(rng, steps, 1, 1)
+    W, R, b = params(rng, "rnn-tanh", F=1, H=2)
+    op = nn.RNN(x, W, R, b)
+    op.final.sum().back()
+    fused_grad = W.g.copy()
+    assert np.isfinite(fused_grad).all() and np.abs(fused_grad).max() > 0
+    W.reset()
+    h = nn.constant(np.zeros((1, 2)))
+    for t in range(steps):
+        h = nn.RNNCell(nn.constant(x.data[t]), h, W, R, b)
+    np.testing.assert_allclose(h.data, op.final.data, atol=1e-10)
+    h.sum().back()
+    np.testing.assert_allclose(W.g, fused_grad, atol=1e-8)
