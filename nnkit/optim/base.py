@@ -6,6 +6,8 @@ import numpy
 from .. import backend
 from ..core import NetVar
 
+_ndarray = numpy.ndarray
+
 
 class Optimizer:
     """Base of the optimizers: ``step()`` updates every parameter that has a gradient, then
@@ -241,12 +243,20 @@ class Optimizer:
 
 
 def _follow(p, state):
-    """Move ``state``'s arrays to ``p``'s device when ``p`` moved (``to_gpu``/``to_cpu``)."""
-    device = backend.device_of(p._data)
+    """Move ``state``'s arrays to ``p``'s device when ``p`` moved (``to_gpu``/``to_cpu``).
+
+    It runs at every step, so an array of the parameter's own type (on its GPU, for CuPy)
+    passes on that comparison alone; only other entries get the full device check."""
+    data = p._data
+    kind = type(data)
     for key, value in state.items():
-        if _is_array(value) and backend.device_of(value) != device:
-            state[key] = backend.to_cpu(value) if device == "cpu" \
-                else backend.to_gpu(value, p._data.device.id)
+        if type(value) is kind and (kind is _ndarray or value.device == data.device):
+            continue
+        if _is_array(value):
+            device = backend.device_of(data)
+            if backend.device_of(value) != device:
+                state[key] = backend.to_cpu(value) if device == "cpu" \
+                    else backend.to_gpu(value, data.device.id)
 
 
 def _is_array(value):

@@ -227,3 +227,31 @@ def test_load_state_dict_refuses_a_mismatch_and_changes_nothing():
     assert other.lr == 0.5 and other.state == [{}]
     with pytest.raises(ValueError, match="of a Adam optimizer"):
         nn.GD([p]).load_state_dict(saved)
+
+
+class _StateOnAnotherDevice:
+    """Stands for a GPU array left in the state after its parameter moved to the host."""
+
+    def __init__(self, array):
+        self.array, self.shape, self.dtype = array, array.shape, array.dtype
+        self.device = type("Device", (), {"id": 1})()
+
+    def get(self):
+        return self.array
+
+
+@pytest.mark.parametrize("cls", [nn.GD, nn.Adam, nn.Nesterov, nn.RMSProp, nn.AdaGrad])
+def test_state_left_on_another_device_follows_the_parameter(cls):
+    _, p = _run(cls, steps=10, lr=0.01)
+    start = np.array([[0.5, -1.0, 2.0]])
+    q = nn.NetVar(start.copy())
+    opt = cls([q], lr=0.01)
+    for step in range(10):
+        if step == 5:      # q "moved back to the host": its state arrays are still elsewhere
+            opt.state[0] = {key: _StateOnAnotherDevice(value) if hasattr(value, "shape")
+                            else value for key, value in opt.state[0].items()}
+        ((q * q).sum() * 0.5 + (q ** 3).sum() * (1 / 3)).back()
+        opt.step()
+    assert all(isinstance(value, np.ndarray) for value in opt.state[0].values()
+               if not isinstance(value, int))
+    np.testing.assert_array_equal(q.data, p.data)
