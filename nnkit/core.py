@@ -1,4 +1,4 @@
-"""The engine: NetVar, NetOp, the backward pass, grad/train/anomaly modes and the dtype policy.
+"""The engine: NetVar, NetOp, the backward pass, the grad/train modes and the dtype policy.
 
 A NetOp computes its value once, eagerly, in its constructor and keeps references to its
 parents; that is the whole graph. ``back()`` collects the op nodes reachable from the root with
@@ -6,6 +6,8 @@ an explicit stack (no recursion), orders them by creation index (parents are alw
 before their children, so descending index is a reverse topological order) and calls each
 ``_back`` exactly once, after all of its consumers have contributed to its gradient.
 """
+import copy
+import functools
 import itertools
 import operator
 import threading
@@ -18,7 +20,7 @@ _ndarray = numpy.ndarray
 _counter = itertools.count()
 _default_dtype = numpy.dtype(numpy.float32)
 _edits = 0            # global edit stamp: bumped whenever some NetVar's data is replaced or updated
-_anomaly = False      # detect_anomaly() switch; a module global so that "off" costs one load
+_anomaly = False      # set by nnkit.instrument.detect_anomaly(); a global, so "off" costs one load
 
 
 class _State(threading.local):
@@ -35,10 +37,6 @@ _grad_off_lock = threading.Lock()
 
 class InplaceEditError(RuntimeError):
     """A parent's data was changed after an op used it, so its gradient would be wrong."""
-
-
-class AnomalyError(FloatingPointError):
-    """detect_anomaly() found a NaN or Inf in a forward value or a gradient."""
 
 
 # ----------------------------------------------------------------------------- modes and dtype
@@ -83,11 +81,13 @@ class _Switch:
                 _grad_off += step
 
     def __call__(self, function):
+        """As a decorator: every call of ``function`` runs inside a fresh copy of the switch."""
+        @functools.wraps(function)
         def wrapped(*args, **kwargs):
-            with type(self)(self.value):
+            switch = copy.copy(self)
+            switch._saved = []
+            with switch:
                 return function(*args, **kwargs)
-        wrapped.__name__ = getattr(function, "__name__", "wrapped")
-        wrapped.__doc__ = getattr(function, "__doc__", None)
         return wrapped
 
 
@@ -102,14 +102,6 @@ class no_grad(_Switch):
     def __init__(self):
         super().__init__(False)
 
-    def __call__(self, function):
-        def wrapped(*args, **kwargs):
-            with no_grad():
-                return function(*args, **kwargs)
-        wrapped.__name__ = getattr(function, "__name__", "wrapped")
-        wrapped.__doc__ = getattr(function, "__doc__", None)
-        return wrapped
-
 
 class enable_grad(_Switch):
     """``with nnkit.enable_grad():`` turns recording back on inside a ``no_grad`` block."""
@@ -117,8 +109,6 @@ class enable_grad(_Switch):
 
     def __init__(self):
         super().__init__(True)
-
-    __call__ = no_grad.__call__
 
 
 class train_mode(_Switch):
@@ -149,32 +139,6 @@ def is_grad_enabled():
     return _state.grad
 
 
-class detect_anomaly:
-    """``with nnkit.detect_anomaly():`` check every forward value and every gradient.
-
-    The first op whose output, or whose contribution to a parent's gradient, holds a NaN or
-    Inf raises AnomalyError naming the op class, its creation index and its input shapes.
-    Ops built in the mode also hash their inputs' data, and back() in the mode re-hashes them:
-    an edit that bypasses the ``.data`` setter (``x.data[i] = v``) raises InplaceEditError.
-    Off by default; when off it costs one global load per op.
-    """
-
-    def __init__(self, enabled=True):
-        self.enabled = enabled
-        self._saved = []
-
-    def __enter__(self):
-        global _anomaly
-        self._saved.append(_anomaly)
-        _anomaly = self.enabled
-        return self
-
-    def __exit__(self, *exc):
-        global _anomaly
-        _anomaly = self._saved.pop()
-        return False
-
-
 # ----------------------------------------------------------------------------- helpers
 
 def unbroadcast(g, shape):
@@ -201,23 +165,21 @@ def _to_array(data, dtype, owner="NetVar"):
         data = data._data
     if dtype is not None and numpy.dtype(dtype).kind not in "biufc":
         raise TypeError(f"{owner}: dtype must be a number type (float, int or bool), got {dtype}")
-    if hasattr(data, "__array_interface__") or hasattr(data, "__cuda_array_interface__"):
-        if not isinstance(data, _ndarray):
-            backend.array_module(data)   # raises for unknown array types
-            if not hasattr(data, "device") and hasattr(data, "__array_interface__"):
-                data = numpy.asarray(data)
-        kind = data.dtype.kind
-        if dtype is not None:
-            return data.astype(dtype, copy=False)
-        if kind in "biu":
-            return data.astype(_default_dtype)
-        if kind not in "fc":
-            raise TypeError(f"{owner}: cannot hold an array of dtype {data.dtype}; "
-                            "give numbers (float, int or bool)")
-        return data
     if data is None:
         raise TypeError(f"{owner}: data is None; give numbers or an array")
-    try:
+    if hasattr(data, "__cuda_array_interface__") or isinstance(data, (_ndarray, numpy.generic)):
+        if not isinstance(data, _ndarray):
+            backend.array_module(data)   # a GPU array nnkit knows (CuPy), else a clear error
+        array = data if hasattr(data, "__cuda_array_interface__") else numpy.asarray(data)
+        if dtype is not None:
+            return array.astype(dtype, copy=False)
+        if array.dtype.kind in "biu":
+            return array.astype(_default_dtype)
+        if array.dtype.kind not in "fc":
+            raise TypeError(f"{owner}: cannot hold an array of dtype {array.dtype}; "
+                            "give numbers (float, int or bool)")
+        return array
+    try:                         # lists, Python numbers, other array-likes
         array = numpy.asarray(data, dtype=_default_dtype if dtype is None else dtype)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{owner}: cannot make a numeric array from {type(data).__name__}: "
@@ -227,29 +189,31 @@ def _to_array(data, dtype, owner="NetVar"):
     return array
 
 
-def constant(value, like=None):
-    """A NetVar that needs no gradient, holding ``value`` as it is (no row promotion).
-
-    A Python scalar adopts the dtype (and device) of ``like``, as in NumPy 2.
-    """
-    if isinstance(value, NetVar):
-        return value
-    node = NetVar.__new__(NetVar)
-    if like is not None and isinstance(value, (int, float, bool, numpy.number)):
-        data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
-    else:
-        data = _to_array(value, None, "constant")
-        if like is not None and data.dtype.kind == "f" and data.dtype != like._data.dtype \
-                and isinstance(value, (list, tuple)):
-            data = data.astype(like._data.dtype)
+def _init_leaf(node, data, requires_grad, name):
     node._data = data
     node._g = None
     node._gshared = False
-    node.requires_grad = False
+    node.requires_grad = requires_grad and data.dtype.kind in "fc"
     node._parents = ()
     node._index = next(_counter)
     node._version = 0
-    node.name = None
+    node.name = name
+
+
+def constant(value, like=None):
+    """A NetVar that needs no gradient, holding ``value`` as it is (no row promotion).
+
+    A Python number or list adopts the dtype (and device) of ``like``, as a Python scalar
+    operand does in NumPy 2.
+    """
+    if isinstance(value, NetVar):
+        return value
+    if like is not None and isinstance(value, (int, float, bool, numpy.number, list, tuple)):
+        data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
+    else:
+        data = _to_array(value, None, "constant")
+    node = NetVar.__new__(NetVar)
+    _init_leaf(node, data, False, None)
     return node
 
 
@@ -272,14 +236,7 @@ class NetVar:
         data = _to_array(data, dtype)
         if data.ndim < 2:
             data = data.reshape(1, -1) if data.ndim == 1 else data.reshape(1, 1)
-        self._data = data
-        self._g = None
-        self._gshared = False
-        self.requires_grad = bool(requires_grad) and data.dtype.kind in "fc"
-        self._parents = ()
-        self._index = next(_counter)
-        self._version = 0
-        self.name = name
+        _init_leaf(self, data, bool(requires_grad), name)
 
     # -- data and gradient
     @property
@@ -374,11 +331,11 @@ class NetVar:
             if seed.shape != self._data.shape:
                 raise ValueError(f"back(): seed gradient of shape {seed.shape} does not match "
                                  f"the node's shape {self._data.shape}")
-        nodes = _reverse_topological(self, clear=True)
-        self.accumulate(seed)
-        self._gshared = True       # the seed may be the caller's array: never edit it in place
+        nodes = _reverse_topological(self)
+        self.accumulate(seed)      # kept as shared when stored: the caller's array is never edited
         if trace or _anomaly:
-            return _back_instrumented(nodes, trace)
+            from .instrument import back_instrumented
+            return back_instrumented(nodes, trace)
         stamp = _edits
         for node in nodes:
             if node._g is not None:
@@ -504,7 +461,8 @@ class NetOp(NetVar):
             self.requires_grad = False
             self._parents = ()
         if _anomaly:
-            _check_forward(self, parents)
+            from .instrument import check_forward
+            check_forward(self, parents)
 
     def _back(self, *parents):
         """Add each parent's gradient contribution. The base class has nothing to add."""
@@ -520,11 +478,11 @@ def _as_op_array(data):
 
 # ----------------------------------------------------------------------------- engine internals
 
-def _reverse_topological(root, clear=False):
+def _reverse_topological(root):
     """The op nodes reachable from ``root`` (itself included), children before parents.
 
-    With ``clear``, each node's gradient is forgotten as it is collected (back() recomputes
-    op-node gradients), which saves a second pass over the graph.
+    Each node's gradient is forgotten as it is collected (back() recomputes op-node
+    gradients), which saves a second pass over the graph.
     """
     if not root._parents:
         return []
@@ -534,8 +492,7 @@ def _reverse_topological(root, clear=False):
     visit, push, collect = seen.add, stack.append, nodes.append   # bound once: a hot loop
     while stack:
         node = stack.pop()
-        if clear:
-            node._g = None
+        node._g = None
         collect(node)
         for parent in node._parents:
             if parent._parents and parent not in seen:
@@ -555,76 +512,3 @@ def _check_versions(node):
                 f"back(): the data of input {position} of {node._describe()} "
                 f"({parent._describe()}) was changed after the op used it, so its gradient "
                 "would be wrong; rebuild the graph after editing (optimizer steps included)")
-
-
-def _nonfinite(array):
-    xp = backend.array_module(array)
-    return not bool(xp.isfinite(array).all())
-
-
-def _digests(nodes):
-    """Hashes of the nodes' data: detect_anomaly's check for edits that bypass ``.data =``."""
-    return tuple(hash(backend.to_cpu(n._data).tobytes()) for n in nodes)
-
-
-def _check_fingerprint(node):
-    for position, (parent, digest) in enumerate(zip(node._parents, node._fingerprint)):
-        if _digests((parent,))[0] != digest:
-            raise InplaceEditError(
-                f"back(): the data of input {position} of {node._describe()} "
-                f"({parent._describe()}) was edited in place (e.g. x.data[i] = v) after the op "
-                "used it, so its gradient would be wrong (found by detect_anomaly)")
-
-
-def _check_forward(node, parents):
-    if node._parents:
-        node._fingerprint = _digests(node._parents)
-    if node._data.dtype.kind not in "fc" or not _nonfinite(node._data):
-        return
-    if any(getattr(p, "_data", None) is not None and p._data.dtype.kind in "fc"
-           and _nonfinite(p._data) for p in parents):
-        return      # the NaN came in from an input: the op that made it already raised
-    shapes = ", ".join(str(tuple(p.shape)) for p in parents)
-    raise AnomalyError(f"detect_anomaly: forward of {type(node).__name__} #{node._index} "
-                       f"(inputs of shapes {shapes}) produced NaN or Inf")
-
-
-def _back_instrumented(nodes, trace):
-    """The backward loop with recording (trace) and/or NaN checks (detect_anomaly)."""
-    steps = [] if trace else None
-    stamp = _edits
-    for node in nodes:
-        if node._g is None:
-            continue
-        if node._pversion < stamp:
-            _check_versions(node)
-        if _anomaly and getattr(node, "_fingerprint", None) is not None:
-            _check_fingerprint(node)
-        parents = node._parents
-        if trace:
-            before = [None if p._g is None else p._g.copy() for p in parents]
-            upstream = node._g.copy()
-        node._back(*parents)
-        if _anomaly and not _nonfinite(node._g):
-            for position, parent in enumerate(parents):
-                if parent._g is not None and parent._g.dtype.kind in "fc" \
-                        and _nonfinite(parent._g):
-                    shapes = ", ".join(str(tuple(p.shape)) for p in parents)
-                    raise AnomalyError(
-                        f"detect_anomaly: backward of {type(node).__name__} #{node._index} "
-                        f"(inputs of shapes {shapes}) gave a NaN or Inf gradient to input "
-                        f"{position}")
-        if trace:
-            added = []
-            for parent, old in zip(parents, before):
-                if parent._g is None or not parent.requires_grad:
-                    added.append(None)
-                elif old is None:
-                    added.append(parent._g.copy())
-                else:
-                    added.append(parent._g - old)
-            steps.append((node, upstream, tuple(added)))
-    if trace:
-        from .trace import Trace
-        return Trace(steps)
-    return None

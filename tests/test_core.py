@@ -357,3 +357,21 @@ def test_cupy_is_optional():
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="CuPy"):
         nn.NetVar([1.0]).to_gpu()
+
+
+def test_mode_switches_as_decorators_set_their_own_mode():
+    w = nn.NetVar([1.0, 2.0])
+
+    @nn.enable_grad()
+    def recorded():
+        return w * w
+
+    @nn.train_mode(False)
+    def evaluating():
+        return nn.is_training()
+
+    with nn.no_grad():
+        assert recorded().parents          # enable_grad() as a decorator turns recording on
+        assert not (w * w).parents
+    assert evaluating() is False and nn.is_training()
+    assert recorded.__name__ == "recorded"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from nnkit import core
+from nnkit import core, instrument
 
 
 def _graph():
@@ -145,7 +145,7 @@ def test_item_assignment_costs_nothing_outside_detect_anomaly(monkeypatch):
     def called(*args):
         raise AssertionError("data was hashed with detect_anomaly off")
 
-    monkeypatch.setattr(core, "_digests", called)
+    monkeypatch.setattr(instrument, "digests", called)
     w, x, h, loss = _graph()
     w.data[0, 0] = 5.0            # not seen outside the mode (the documented trade-off)
     loss.back()
