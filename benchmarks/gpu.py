@@ -30,27 +30,6 @@ def _torch_cuda():
     return torch
 
 
-def _torch_mlp(torch, layers):
-    F = torch.nn.functional
-    params = [torch.tensor(a, device="cuda", requires_grad=True) for layer in layers
-              for a in layer]
-    optimizer = torch.optim.Adam(params, lr=mlp.LR, betas=mlp.BETAS, eps=mlp.EPS)
-
-    def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        h = x
-        last = len(params) - 2
-        for i in range(0, len(params), 2):
-            h = h @ params[i] + params[i + 1]
-            if i < last:
-                h = F.relu(h)
-        loss = F.cross_entropy(h, y)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-    return step
-
-
 def _mlp_rows(cp, torch, rounds, sync):
     """W2 and W3 on the GPU."""
     from sklearn.datasets import load_digits
@@ -76,7 +55,7 @@ def _mlp_rows(cp, torch, rounds, sync):
             contenders[name] = _synchronized(
                 lambda m=model: [m.step(x, y) for x, y in on_gpu], sync)
         if torch is not None:
-            step = _torch_mlp(torch, layers)
+            step = mlp.torch_model(layers, device="cuda").step
             on_cuda = [(torch.as_tensor(x, device="cuda"), torch.as_tensor(y, device="cuda"))
                        for x, y in batches]
             contenders["torch"] = _synchronized(

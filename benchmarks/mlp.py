@@ -144,8 +144,9 @@ class NnkitMLP:
         return loss.item()
 
 
-def torch_model(layers):
-    """The same network in PyTorch, or None when PyTorch is not installed."""
+def torch_model(layers, device="cpu"):
+    """The same network in PyTorch on ``device`` (W7 uses "cuda"), or None when PyTorch is
+    not installed; ``x`` and ``y`` may be NumPy arrays or tensors on that device."""
     torch = optional_torch()
     if torch is None:
         return None
@@ -153,17 +154,18 @@ def torch_model(layers):
 
     class TorchMLP:
         def __init__(self):
-            self.params = [torch.tensor(a, requires_grad=True) for layer in layers for a in layer]
+            self.params = [torch.tensor(a, device=device, requires_grad=True)
+                           for layer in layers for a in layer]
             self.optimizer = torch.optim.Adam(self.params, lr=LR, betas=BETAS, eps=EPS)
 
         def gradients(self, x, y):
-            h = torch.from_numpy(x)
+            h = torch.as_tensor(x, device=device)
             last = len(self.params) - 2
             for i in range(0, len(self.params), 2):
                 h = h @ self.params[i] + self.params[i + 1]
                 if i < last:
                     h = F.relu(h)
-            loss = F.cross_entropy(h, torch.from_numpy(y))
+            loss = F.cross_entropy(h, torch.as_tensor(y, device=device))
             loss.backward()
             return loss.item()
 
