@@ -1,14 +1,16 @@
-"""Reductions: sums, means, extremes, log-sum-exp, variance and the L2 norm over axes.
+"""Reductions: sums, means, extremes, log-sum-exp, variance, the L2 norm and the cosine
+similarity over axes.
 
 Notation: input x, output y, upstream gradient g; "expand(g)" puts back the reduced axes so
 that g broadcasts against x.
 """
 
-__all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'ArgMax']
+__all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'CosineSimilarity', 'ArgMax']
 import numbers
 
 from .. import backend
 from ..core import NetOp, NetVar
+from .arithmetic import _nodes
 
 
 def normalize_axis(op, axis, ndim):
@@ -199,6 +201,46 @@ class Norm(NetOp):
         xp = backend.array_module(x._data)
         y = _spread(self, self._data, x)
         x.accumulate(_spread(self, self._g, x) * x._data / xp.where(y > 0, y, 1))
+
+
+class CosineSimilarity(NetOp):
+    """Cosine of the angle between a and b along ``axis`` (not a loss: one value per vector).
+
+    Equal to PyTorch's ``cosine_similarity(a, b, dim=axis, eps)``; for a loss use e.g.
+    ``1 - CosineSimilarity(a, b).mean()``. a and b broadcast; y drops ``axis``.
+    nₐ = max(‖a‖, eps),  n_b = max(‖b‖, eps)
+    y = Σ_axis a·b / (nₐ · n_b)
+    da = g · (b / (nₐ n_b) − y · a / nₐ² · [‖a‖ > eps]),  db likewise with a and b swapped
+    (below eps the norm is the constant eps, so the gradient is that of y as computed)
+    """
+
+    def __init__(self, a, b, axis=-1, eps=1e-8):
+        a, b = _nodes(a, b)
+        xp = backend.array_module(a._data)
+        try:
+            self.a, self.b = xp.broadcast_arrays(a._data, b._data)
+        except ValueError:
+            raise ValueError(f"CosineSimilarity: cannot broadcast a of shape {tuple(a.shape)} "
+                             f"with b of shape {tuple(b.shape)}") from None
+        product = self.a * self.b
+        if not -product.ndim <= axis < product.ndim:
+            raise ValueError(f"CosineSimilarity: axis {axis} is out of range for a of shape "
+                             f"{tuple(a.shape)} and b of shape {tuple(b.shape)}")
+        self.axis = axis % product.ndim
+        self.na = xp.sqrt((self.a * self.a).sum(axis=self.axis, keepdims=True))
+        self.nb = xp.sqrt((self.b * self.b).sum(axis=self.axis, keepdims=True))
+        self.eps = eps
+        self.denominator = xp.maximum(self.na, eps) * xp.maximum(self.nb, eps)
+        self.y = product.sum(axis=self.axis, keepdims=True) / self.denominator
+        super().__init__(self.y.squeeze(axis=self.axis), a, b)
+
+    def _back(self, a, b):
+        xp = backend.array_module(self.y)
+        g = xp.expand_dims(self._g, self.axis)
+        for node, u, v, nu in ((a, self.a, self.b, self.na), (b, self.b, self.a, self.nb)):
+            if node.requires_grad:
+                radial = xp.where(nu > self.eps, self.y / xp.where(nu > 0, nu * nu, 1), 0)
+                node.accumulate(g * (v / self.denominator - radial * u))
 
 
 class ArgMax(NetOp):

@@ -3,6 +3,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.oracle import assert_matches_pytorch
 
 
 @pytest.mark.parametrize("op", [nn.Sum, nn.Mean])
@@ -108,3 +109,48 @@ def test_reduction_methods_match_the_ops(rng):
         np.testing.assert_allclose(getattr(x, method)(1).data, op(x, 1).data)
     with pytest.raises(ValueError, match="Max: axis 3 is out of range"):
         x.max(3)
+
+
+@pytest.mark.parametrize("shapes,axis", [(((4, 3), (4, 3)), -1), (((4, 3), (1, 3)), 1),
+                                         (((2, 3, 4), (2, 3, 4)), 1), (((2, 3, 4), (4,)), -1)])
+def test_cosine_similarity_gradcheck(shapes, axis, rng):
+    a, b = var64(rng, *shapes[0]), var64(rng, *shapes[1])
+    if len(shapes[1]) == 1:
+        b = nn.constant(b.data.reshape(shapes[1]))
+        b.requires_grad = True
+    y = nn.CosineSimilarity(a, b, axis)
+    an, bn = np.broadcast_arrays(a.data, b.data)
+    expected = (an * bn).sum(axis) / np.linalg.norm(an, axis=axis) / np.linalg.norm(bn, axis=axis)
+    np.testing.assert_allclose(y.data, expected)
+    nn.gradcheck(lambda u, v: nn.CosineSimilarity(u, v, axis), a, b)
+
+
+def test_cosine_similarity_near_zero_vectors(rng):
+    a = nn.NetVar(np.array([[1e-10, -2e-10], [0.0, 0.0]]))
+    b = var64(rng, 2, 2)
+    y = nn.CosineSimilarity(a, b)
+    assert np.isfinite(y.data).all() and y.data[1] == 0
+    # below eps the norm is the constant eps: y is linear in a there
+    np.testing.assert_allclose(y.data[0], (a.data[0] @ b.data[0]) / 1e-8 /
+                               np.linalg.norm(b.data[0]))
+    nn.gradcheck(nn.CosineSimilarity, a, b, eps=1e-12)
+
+
+def test_cosine_similarity_honours_the_upstream_gradient(rng):
+    z = nn.NetVar(rng.standard_normal((3, 4)))
+    other = rng.random((3, 4))
+    nn.CosineSimilarity(z, other).sum().back()
+    once = z.g.copy()
+    z.reset()
+    (nn.CosineSimilarity(z, other).sum() * 3.0).back()
+    np.testing.assert_allclose(z.g, 3 * once)
+
+
+def test_cosine_similarity_matches_pytorch(torch, rng):
+    import torch.nn.functional as F
+    z = rng.standard_normal((6, 4)) * 3
+    other = rng.standard_normal((6, 4))
+    for axis in (1, 0):
+        assert_matches_pytorch(torch, lambda a, b: nn.CosineSimilarity(a, b, axis=axis),
+                               lambda a, b: F.cosine_similarity(a, b, dim=axis), z, other,
+                               rng=rng, rtol=1e-10, grad_rtol=1e-9, grad_atol=1e-12)

@@ -1,0 +1,273 @@
+"""Classification losses: on probabilities, logits, class indices and distributions.
+
+Each loss returns a (1, 1) node and scales its gradient by the upstream gradient g; they share
+``Loss`` and the target and mask helpers of ``loss``. Notation: probabilities p, logits z,
+target t, B = number of rows (as in ``loss``); class indices run over C classes.
+"""
+
+__all__ = ['CELoss', 'SoftmaxCELoss', 'SigmoidCELoss', 'NLLLoss', 'KLDivLoss']
+import numpy
+
+from .. import backend
+from ..core import NetVar, constant
+from .activation import sigmoid
+from .loss import Loss, _rows, _scalar, _target, _upstream, _valid_mask
+
+
+class CELoss(Loss):
+    """Cross-entropy of probabilities p against target distributions t.
+
+    y = −Σ t · ln max(p, ε) / B        (ε = 1e-12 keeps p = 0 finite; the only clipping)
+    dp = −g · t / max(p, ε) / B,  dt = −g · ln max(p, ε) / B
+    For logits use SoftmaxCELoss, which is exact and stable.
+    """
+    eps = 1e-12
+
+    def __init__(self, p, t):
+        t = _target(t, p, "CELoss")
+        xp = backend.array_module(p._data)
+        self.pc = xp.maximum(p._data, self.eps)
+        self.B = _rows(p._data.shape)
+        super().__init__(_scalar(-(t._data * xp.log(self.pc)).sum() / self.B, xp), p, t)
+
+    def _back(self, p, t):
+        g = _upstream(self)
+        if p.requires_grad:
+            p.accumulate(-g * t._data / self.pc / self.B)
+        if t.requires_grad:
+            t.accumulate(-g * backend.array_module(self.pc).log(self.pc) / self.B)
+
+
+def _class_weight(op, weight, C, dtype, xp):
+    """Per-class weights as a (C,) array of ``dtype`` (None stays None)."""
+    if weight is None:
+        return None
+    weight = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
+                        dtype=dtype).reshape(-1)
+    if weight.size != C:
+        raise ValueError(f"{op}: weight has {weight.size} entries for {C} classes")
+    return weight
+
+
+def _index_shares(op, what, td, zd, valid, weight, ignore_index):
+    """Class-index targets over M positions of C classes: (index per position, its share).
+
+    The share of position i is wᵢ / Σ w with wᵢ = weight[tᵢ] · mᵢ · [tᵢ ≠ ignore_index], so a
+    weighted mean is Σ shareᵢ · valueᵢ (PyTorch's weighted mean; 0/0 = NaN when nothing counts).
+    Ignored and masked positions get index 0 and share 0.
+    """
+    xp = backend.array_module(zd)
+    C = zd.shape[-1]
+    M = zd.size // C
+    if td.size != M:
+        raise ValueError(f"{op}: class indices of shape {tuple(td.shape)} do "
+                         f"not match {what} of shape {tuple(zd.shape)}")
+    idx = td.reshape(M).astype(numpy.int64, copy=False)
+    keep = xp.ones(M, dtype=bool) if valid is None else valid
+    if ignore_index is not None:
+        keep = keep & (idx != ignore_index)
+    if xp is numpy:
+        bad = keep & ((idx < 0) | (idx >= C))
+        if bad.any():
+            raise ValueError(f"{op}: class index {int(idx[bad][0])} is out of "
+                             f"range for {C} classes")
+    idx = xp.where(keep, idx, 0)
+    w = keep.astype(zd.dtype)
+    if weight is not None:
+        w = w * weight[idx]
+    return idx, w / w.sum()
+
+
+class SoftmaxCELoss(Loss):
+    """Softmax cross-entropy on logits z, equal to PyTorch's ``cross_entropy`` (mean).
+
+    z is (N, C) or (T, B, C); t holds class indices (N,) / (T, B) or probabilities shaped like z.
+    log p = z − logsumexp(z)           (stable: computed from z − max z)
+    class indices:  y = −Σᵢ wᵢ · log p[i, tᵢ] / Σᵢ wᵢ,   wᵢ = weight[tᵢ] · mᵢ
+    probabilities:  y = −Σᵢ mᵢ Σ_c weight_c · t_ic · log p_ic / Σᵢ mᵢ
+    dz = g · (softmax(z) − onehot(t)) · wᵢ / Σ w  (indices; the fused gradient, = (softmax − t)/N
+         without weights or masks)
+    Options: ``weight`` (C,) per-class weights; ``ignore_index`` drops positions whose target
+    is that index (indices only); ``mask`` over the positions (N,) / (T, B) or ``lengths`` (B,)
+    for time-major batches, so that only valid positions count (mᵢ = 0 elsewhere). When every
+    position is ignored the mean is 0/0 = NaN, as in PyTorch.
+    """
+
+    def __init__(self, z, t, mask=None, lengths=None, weight=None, ignore_index=None):
+        if not isinstance(z, NetVar):
+            z = constant(z)
+        zd = z._data
+        xp = backend.array_module(zd)
+        if zd.ndim < 1 or zd.shape[-1] == 0:
+            raise ValueError(f"SoftmaxCELoss: logits need a class axis, got shape "
+                             f"{tuple(zd.shape)}")
+        C = zd.shape[-1]
+        lead = zd.shape[:-1]
+        M = zd.size // C
+        td = t._data if isinstance(t, NetVar) else xp.asarray(t)
+        z2 = zd.reshape(M, C)
+        shifted = z2 - z2.max(axis=1, keepdims=True)
+        logp = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        valid = _valid_mask("SoftmaxCELoss", lead, mask, lengths, xp)
+        valid = None if valid is None else valid.reshape(M)
+        weight = _class_weight("SoftmaxCELoss", weight, C, zd.dtype, xp)
+        self.indices = td.dtype.kind in "iub"
+        if self.indices:
+            self.idx, self.coef = _index_shares("SoftmaxCELoss", "logits", td, zd, valid,
+                                                weight, ignore_index)
+            picked = logp[xp.arange(M), self.idx]
+            value = -(picked * self.coef).sum()
+        else:
+            if ignore_index is not None:
+                raise ValueError("SoftmaxCELoss: ignore_index needs class-index targets")
+            if td.shape != zd.shape:
+                raise ValueError(f"SoftmaxCELoss: target probabilities of shape "
+                                 f"{tuple(td.shape)} do not match logits of shape "
+                                 f"{tuple(zd.shape)} (class indices need an integer dtype, "
+                                 "e.g. NetVar(labels, dtype=int))")
+            tw = td.reshape(M, C).astype(zd.dtype, copy=False)
+            if weight is not None:
+                tw = tw * weight
+            keep = xp.ones(M, dtype=zd.dtype) if valid is None else valid.astype(zd.dtype)
+            self.coef = keep / keep.sum()
+            self.tw = tw
+            value = -((tw * logp).sum(axis=1) * self.coef).sum()
+        self.logp = logp
+        self.weight = weight
+        parents = (z, t) if isinstance(t, NetVar) else (z,)
+        super().__init__(_scalar(value, xp).astype(zd.dtype, copy=False), *parents)
+
+    def _back(self, z, t=None):
+        xp = backend.array_module(self.logp)
+        g = _upstream(self)
+        M, C = self.logp.shape
+        coef = (g * self.coef)[:, None]
+        if z.requires_grad:
+            softmax = xp.exp(self.logp)
+            if self.indices:
+                dz = softmax
+                dz[xp.arange(M), self.idx] -= 1
+                dz *= coef
+            else:
+                dz = (softmax * self.tw.sum(axis=1, keepdims=True) - self.tw) * coef
+            z.accumulate(dz.reshape(z._data.shape))
+        if t is not None and t.requires_grad and not self.indices:
+            dt = -self.logp * coef
+            if self.weight is not None:
+                dt = dt * self.weight
+            t.accumulate(dt.reshape(t._data.shape))
+
+
+class SigmoidCELoss(Loss):
+    """Binary cross-entropy on logits z against targets t in [0, 1], stable for any |z|.
+
+    Equal to PyTorch's ``binary_cross_entropy_with_logits`` (mean over all N elements).
+    ℓ = max(z, 0) − z·t + ln(1 + e^−|z|)       (= −t·ln σ(z) − (1 − t)·ln(1 − σ(z)))
+    y = Σ w·ℓ / N
+    dz = g · w · (σ(z) − t) / N,  dt = −g · w · z / N
+    ``weight`` (optional) broadcasts against z and rescales each element's term.
+    """
+
+    def __init__(self, z, t, weight=None):
+        t = _target(t, z, "SigmoidCELoss")
+        zd = z._data
+        xp = backend.array_module(zd)
+        self.w = None
+        if weight is not None:
+            self.w = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
+                                dtype=zd.dtype)
+            try:
+                shape = numpy.broadcast_shapes(self.w.shape, zd.shape)
+            except ValueError:
+                shape = None
+            if shape != zd.shape:
+                raise ValueError(f"SigmoidCELoss: weight of shape {tuple(self.w.shape)} does "
+                                 f"not broadcast to logits of shape {tuple(zd.shape)}")
+        loss = xp.maximum(zd, 0) - zd * t._data + xp.log1p(xp.exp(-xp.abs(zd)))
+        if self.w is not None:
+            loss = loss * self.w
+        self.N = max(zd.size, 1)
+        super().__init__(_scalar(loss.sum() / self.N, xp), z, t)
+
+    def _back(self, z, t):
+        xp = backend.array_module(z._data)
+        scale = _upstream(self) / self.N
+        if self.w is not None:
+            scale = scale * self.w
+        if z.requires_grad:
+            z.accumulate(scale * (sigmoid(z._data, xp) - t._data))
+        if t.requires_grad:
+            t.accumulate(-scale * z._data)
+
+
+class NLLLoss(Loss):
+    """Negative log-likelihood of class indices under log-probabilities (after LogSoftmax).
+
+    Equal to PyTorch's ``nll_loss`` (mean) with the class axis last: logp is (N, C) or
+    (T, B, C), t holds class indices (N,) / (T, B).
+    y = −Σᵢ wᵢ · logp[i, tᵢ] / Σᵢ wᵢ,   wᵢ = weight[tᵢ] · mᵢ · [tᵢ ≠ ignore_index]
+    dlogp[i, tᵢ] = −g · wᵢ / Σ w   (0 elsewhere)
+    Options as SoftmaxCELoss: ``weight`` (C,), ``ignore_index`` (PyTorch's default is −100;
+    here None ignores nothing), ``mask`` / ``lengths`` over the positions. When nothing counts
+    the mean is 0/0 = NaN, as in PyTorch.
+    """
+
+    def __init__(self, logp, t, weight=None, ignore_index=None, mask=None, lengths=None):
+        ld = logp._data
+        xp = backend.array_module(ld)
+        if ld.ndim < 1 or ld.shape[-1] == 0:
+            raise ValueError(f"NLLLoss: log-probabilities need a class axis, got shape "
+                             f"{tuple(ld.shape)}")
+        td = xp.asarray(t._data if isinstance(t, NetVar) else t)
+        if td.dtype.kind not in "iu":
+            raise ValueError(f"NLLLoss: targets must be class indices of an integer dtype, got "
+                             f"{td.dtype} (e.g. NetVar(labels, dtype=int))")
+        C = ld.shape[-1]
+        valid = _valid_mask("NLLLoss", ld.shape[:-1], mask, lengths, xp)
+        self.idx, self.coef = _index_shares("NLLLoss", "log-probabilities", td, ld,
+                                            None if valid is None else valid.reshape(-1),
+                                            _class_weight("NLLLoss", weight, C, ld.dtype, xp),
+                                            ignore_index)
+        self.rows = xp.arange(self.idx.size)
+        picked = ld.reshape(-1, C)[self.rows, self.idx]
+        super().__init__(_scalar(-(picked * self.coef).sum(), xp).astype(ld.dtype, copy=False),
+                         logp)
+
+    def _back(self, logp):
+        xp = backend.array_module(logp._data)
+        d = xp.zeros((self.idx.size, logp._data.shape[-1]), dtype=logp._data.dtype)
+        d[self.rows, self.idx] = -_upstream(self) * self.coef
+        logp.accumulate(d.reshape(logp._data.shape))
+
+
+class KLDivLoss(Loss):
+    """Kullback-Leibler divergence KL(p ‖ q) from log-probabilities x = ln q to probabilities p.
+
+    Equal to PyTorch's ``kl_div(x, p, reduction=...)``; the terms with p = 0 count as 0.
+    y = Σ p · (ln p − x) / D,   D = x.shape[0] ("batchmean", the default: the KL per sample),
+        the number of elements ("mean") or 1 ("sum")
+    dx = −g · p / D,  dp = g · (ln p + 1 − x) / D  (0 where p = 0)
+    """
+    reductions = ("batchmean", "mean", "sum")
+
+    def __init__(self, x, p, reduction="batchmean"):
+        if reduction not in self.reductions:
+            raise ValueError(f"KLDivLoss: reduction must be one of {self.reductions}, got "
+                             f"{reduction!r}")
+        p = _target(p, x, "KLDivLoss")
+        xp = backend.array_module(x._data)
+        pd = p._data
+        positive = pd > 0
+        self.logp = xp.where(positive, xp.log(xp.where(positive, pd, 1)), 0)
+        shape = x._data.shape
+        self.D = {"batchmean": shape[0] if shape else 1, "mean": x._data.size, "sum": 1}[reduction]
+        terms = xp.where(positive, pd * (self.logp - x._data), 0)
+        super().__init__(_scalar(terms.sum() / self.D, xp), x, p)
+
+    def _back(self, x, p):
+        scale = _upstream(self) / self.D
+        if x.requires_grad:
+            x.accumulate(-scale * p._data)
+        if p.requires_grad:
+            xp = backend.array_module(p._data)
+            p.accumulate(xp.where(p._data > 0, scale * (self.logp + 1 - x._data), 0))

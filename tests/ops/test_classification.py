@@ -1,0 +1,234 @@
+"""Classification losses: gradchecks, hand-computed values, upstream gradients, masks, weights
+and PyTorch parity."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.conftest import var64
+from tests.ops.oracle import assert_matches_pytorch
+
+
+def test_ce_loss_gradcheck_and_finite_at_zero(rng):
+    p = nn.SoftMax(var64(rng, 3, 4))
+    t = nn.SoftMax(var64(rng, 3, 4))
+    assert nn.CELoss(p, t).item() == pytest.approx(-(t.data * np.log(p.data)).sum() / 3)
+    nn.gradcheck(lambda z, s: nn.CELoss(nn.SoftMax(z), nn.SoftMax(s)),
+                 var64(rng, 3, 4), var64(rng, 3, 4))
+    p0 = nn.NetVar(np.array([[0.0, 1.0]]))
+    zero = nn.CELoss(p0, np.array([[1.0, 0.0]]))
+    assert np.isfinite(zero.item())
+    assert zero.item() == pytest.approx(-np.log(1e-12))     # p = 0 is read as ε = 1e-12
+    zero.back()
+    np.testing.assert_allclose(p0.g, [[-1e12, 0.0]])
+    assert p.shape == t.shape
+
+
+@pytest.mark.parametrize("loss", [nn.CELoss, nn.SoftmaxCELoss])
+def test_losses_honour_the_upstream_gradient(loss, rng):
+    p = nn.NetVar(np.abs(rng.standard_normal((3, 4))) + 0.1)
+    t = np.eye(4)[[0, 2, 1]]
+    loss(p, t).back()
+    once = p.g.copy()
+    p.reset()
+    (loss(p, t) * 3.0).back()
+    np.testing.assert_allclose(p.g, 3 * once, err_msg=loss.__name__)
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (1, 3), (3, 2, 4)])
+def test_softmax_ce_gradcheck_indices_and_probabilities(shape, rng):
+    z = var64(rng, *shape)
+    labels = rng.integers(0, shape[-1], size=shape[:-1])
+    nn.gradcheck(lambda v: nn.SoftmaxCELoss(v, labels), z)
+    probs = rng.random(shape)
+    probs /= probs.sum(-1, keepdims=True)
+    nn.gradcheck(lambda v, t: nn.SoftmaxCELoss(v, t), z, nn.constant(probs))
+    target = nn.NetVar(probs)
+    nn.gradcheck(lambda v, t: nn.SoftmaxCELoss(v, t), z, target)
+
+
+def test_softmax_ce_fused_gradient_and_stability():
+    z = nn.NetVar(np.array([[1000.0, 0.0, -1000.0], [0.0, 0.0, 0.0]]))
+    loss = nn.SoftmaxCELoss(z, np.array([0, 2]))
+    assert loss.item() == pytest.approx(np.log(3) / 2)
+    loss.back()
+    softmax = np.array([[1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]])
+    onehot = np.array([[1.0, 0, 0], [0, 0, 1.0]])
+    np.testing.assert_allclose(z.g, (softmax - onehot) / 2, atol=1e-12)
+
+
+def test_softmax_ce_accepts_row_promoted_labels():
+    z = nn.NetVar(np.zeros((3, 2)))
+    labels = nn.NetVar([0, 1, 1], dtype=int)
+    assert nn.SoftmaxCELoss(z, labels).item() == pytest.approx(np.log(2))
+
+
+def test_softmax_ce_errors():
+    z = nn.NetVar(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="class index 7 is out of range for 4 classes"):
+        nn.SoftmaxCELoss(z, np.array([0, 7, 1]))
+    with pytest.raises(ValueError, match=r"class indices of shape \(2,\)"):
+        nn.SoftmaxCELoss(z, np.array([0, 1]))
+    with pytest.raises(ValueError, match="integer dtype"):
+        nn.SoftmaxCELoss(z, np.array([0.0, 1.0, 2.0]))
+
+
+def test_softmax_ce_mask_and_lengths_average_valid_positions(rng):
+    T, B, C = 4, 3, 5
+    z = var64(rng, T, B, C)
+    labels = rng.integers(0, C, size=(T, B))
+    lengths = np.array([4, 1, 2])
+    mask = np.arange(T)[:, None] < lengths[None, :]
+    masked = nn.SoftmaxCELoss(z, labels, lengths=lengths)
+    # reference: mean over the valid positions only
+    zd = z.data - z.data.max(-1, keepdims=True)
+    logp = zd - np.log(np.exp(zd).sum(-1, keepdims=True))
+    picked = np.take_along_axis(logp, labels[..., None], -1)[..., 0]
+    assert masked.item() == pytest.approx(-(picked * mask).sum() / mask.sum())
+    assert nn.SoftmaxCELoss(z, labels, mask=mask).item() == pytest.approx(masked.item())
+    masked.back()
+    assert np.all(z.g[~mask] == 0)
+    nn.gradcheck(lambda v: nn.SoftmaxCELoss(v, labels, lengths=lengths), z)
+
+
+def test_softmax_ce_matches_pytorch(torch, rng):
+    import torch.nn.functional as F
+    N, C = 7, 5
+    z = rng.standard_normal((N, C))
+    labels = rng.integers(0, C, size=N)
+    labels[2] = -100
+    weight = rng.random(C) + 0.5
+    cases = [dict(), dict(weight=weight), dict(ignore_index=-100, weight=weight)]
+    for options in cases:
+        lab = labels if "ignore_index" in options else np.where(labels < 0, 0, labels)
+        zn = nn.NetVar(z)
+        loss = nn.SoftmaxCELoss(zn, lab, **options)
+        loss.back()
+        zt = torch.tensor(z, requires_grad=True)
+        kwargs = {k: torch.tensor(v) if k == "weight" else v for k, v in options.items()}
+        ref = F.cross_entropy(zt, torch.tensor(lab), **kwargs)
+        ref.backward()
+        assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
+        np.testing.assert_allclose(zn.g, zt.grad.numpy(), atol=1e-12)
+    probs = rng.random((N, C))
+    probs /= probs.sum(1, keepdims=True)
+    zn = nn.NetVar(z)
+    loss = nn.SoftmaxCELoss(zn, probs, weight=weight)
+    zt = torch.tensor(z, requires_grad=True)
+    ref = F.cross_entropy(zt, torch.tensor(probs), weight=torch.tensor(weight))
+    ref.backward()
+    loss.back()
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
+    np.testing.assert_allclose(zn.g, zt.grad.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (1, 5), (2, 3, 2)])
+def test_sigmoid_ce_gradcheck(shape, rng):
+    z = var64(rng, *shape)
+    t = nn.NetVar(rng.random(shape))
+    nn.gradcheck(nn.SigmoidCELoss, z, t)
+    weight = rng.random(shape[-1:]) + 0.5
+    nn.gradcheck(lambda a, b: nn.SigmoidCELoss(a, b, weight=weight), z, t)
+
+
+def test_sigmoid_ce_is_stable_for_large_logits():
+    z = nn.NetVar(np.array([[-1000.0, -150.0, 0.0, 150.0, 1000.0]]))
+    t = np.array([[0.0, 1.0, 1.0, 0.0, 1.0]])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        loss = nn.SigmoidCELoss(z, t)
+        loss.back()
+    assert loss.item() == pytest.approx((150 + np.log(2) + 150) / 5)
+    np.testing.assert_allclose(z.g, [[0, -0.2, -0.1, 0.2, 0]], atol=1e-15)
+    nn.gradcheck(lambda v: nn.SigmoidCELoss(v, t), nn.NetVar(np.array([[-120.0, -101.0, 0.5,
+                                                                        101.0, 130.0]])))
+    with pytest.raises(ValueError, match=r"SigmoidCELoss: weight of shape \(3,\) does not"):
+        nn.SigmoidCELoss(z, t, weight=np.ones(3))
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (1, 3), (3, 2, 4)])
+def test_nll_loss_gradcheck_and_equals_softmax_ce(shape, rng):
+    z = var64(rng, *shape)
+    labels = rng.integers(0, shape[-1], size=shape[:-1])
+    weight = rng.random(shape[-1]) + 0.5
+    nn.gradcheck(lambda v: nn.NLLLoss(v, labels, weight=weight), z)
+    for options in (dict(), dict(weight=weight)):
+        fused = nn.SoftmaxCELoss(z, labels, **options).item()
+        assert nn.NLLLoss(nn.LogSoftmax(z), labels, **options).item() == pytest.approx(fused)
+    if len(shape) == 3:
+        lengths = np.array([2, 1])[: shape[1]]
+        assert nn.NLLLoss(nn.LogSoftmax(z), labels, lengths=lengths).item() == pytest.approx(
+            nn.SoftmaxCELoss(z, labels, lengths=lengths).item())
+
+
+def test_nll_loss_repeated_and_ignored_targets():
+    logp = nn.NetVar(np.log(np.array([[0.5, 0.5], [0.25, 0.75], [0.9, 0.1]])))
+    loss = nn.NLLLoss(logp, np.array([1, 1, 0]), ignore_index=0)
+    assert loss.item() == pytest.approx(-(np.log(0.5) + np.log(0.75)) / 2)
+    loss.back()
+    np.testing.assert_allclose(logp.g, [[0, -0.5], [0, -0.5], [0, 0]])
+    with pytest.raises(ValueError, match="NLLLoss: class index 2 is out of range for 2 classes"):
+        nn.NLLLoss(logp, np.array([0, 2, 1]))
+    with pytest.raises(ValueError, match="NLLLoss: targets must be class indices"):
+        nn.NLLLoss(logp, np.array([0.0, 1.0, 1.0]))
+
+
+@pytest.mark.parametrize("reduction", ["batchmean", "mean", "sum"])
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 2)])
+def test_kl_div_gradcheck(reduction, shape, rng):
+    x = nn.NetVar(np.log(rng.dirichlet(np.ones(shape[-1]), size=shape[:-1])))
+    p = nn.NetVar(rng.dirichlet(np.ones(shape[-1]), size=shape[:-1]))
+    nn.gradcheck(lambda a, b: nn.KLDivLoss(a, b, reduction), x, p)
+
+
+def test_kl_div_is_zero_for_equal_distributions_and_skips_zero_targets():
+    p = np.array([[0.2, 0.8, 0.0], [0.5, 0.25, 0.25]])
+    x = nn.NetVar(np.log(np.where(p > 0, p, 0.3)))
+    loss = nn.KLDivLoss(x, p)
+    assert loss.item() == pytest.approx(0.0, abs=1e-15)
+    loss.back()
+    np.testing.assert_allclose(x.g, -p / 2)
+    with pytest.raises(ValueError, match="KLDivLoss: reduction must be one of"):
+        nn.KLDivLoss(x, p, reduction="none")
+
+
+def test_logit_and_distribution_losses_honour_the_upstream_gradient(rng):
+    z = nn.NetVar(rng.standard_normal((3, 4)))
+    cases = [lambda: nn.SigmoidCELoss(z, rng_t), lambda: nn.NLLLoss(z, np.array([0, 3, 1])),
+             lambda: nn.KLDivLoss(z, rng_t)]
+    rng_t = rng.random((3, 4))
+    for make in cases:
+        z.reset()
+        make().back()
+        once = z.g.copy()
+        z.reset()
+        (make() * 3.0).back()
+        np.testing.assert_allclose(z.g, 3 * once)
+
+
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides:UserWarning")
+def test_sigmoid_nll_kl_match_pytorch(torch, rng):
+    import torch.nn.functional as F
+    N, C = 6, 4
+    z = rng.standard_normal((N, C)) * 3
+    probs = rng.random((N, C))
+    labels = rng.integers(0, C, size=N)
+    labels[[1, 4]] = 2
+    weight = rng.random(C) + 0.5
+    logq = np.log(rng.dirichlet(np.ones(C), size=N))
+    target = rng.dirichlet(np.ones(C), size=N)
+
+    def compare(ours, theirs, *arrays):
+        assert_matches_pytorch(torch, ours, theirs, *arrays, rng=rng, rtol=1e-10,
+                               grad_rtol=1e-9, grad_atol=1e-12)
+
+    compare(nn.SigmoidCELoss, F.binary_cross_entropy_with_logits, z, probs)
+    compare(lambda a, t: nn.SigmoidCELoss(a, t, weight=weight),
+            lambda a, t: F.binary_cross_entropy_with_logits(a, t, weight=torch.tensor(weight)),
+            z, probs)
+    for options in (dict(), dict(weight=weight), dict(weight=weight, ignore_index=2),
+                    dict(ignore_index=2)):
+        torch_options = {k: torch.tensor(v) if k == "weight" else v for k, v in options.items()}
+        compare(lambda a: nn.NLLLoss(a, labels, **options),
+                lambda a: F.nll_loss(a, torch.tensor(labels), **torch_options), logq)
+    for reduction in ("batchmean", "mean", "sum"):
+        compare(lambda a, p: nn.KLDivLoss(a, p, reduction),
+                lambda a, p: F.kl_div(a, p, reduction=reduction), logq, target)
