@@ -10,38 +10,29 @@ __all__ = ['RNNCell', 'LSTMCell', 'GRUCell']
 from .activation import ReLU, Sigmoid, Tanh
 from .arithmetic import Add, Mul, Multiply, Sub
 from .indexing import Split
+from .recurrent import _check_state, _check_weights
 
 
-def _check_cell(op, k, x, h, W, R, b, c=None):
-    """A cell's shapes: x (B, F); h, c (B, H); W (F, k·H); R (H, k·H); b (k·H,), (1, k·H) or,
-    for the GRU (k = 3), (2, 3H). Errors name the cell, the argument and the shapes."""
+def _check_cell(op, k, x, h, W, R, b, c=None, two_biases=False):
+    """A cell's shapes: x (B, F); h, c (B, H) or (1, H); W (F, k·H); R (H, k·H); b (k·H,),
+    (1, k·H) or, with ``two_biases`` (the GRU), (2, k·H). Errors name the cell, the argument
+    and the shapes."""
     named = [("x", x), ("h", h), ("W", W), ("R", R), ("b", b)]
     if c is not None:
         named.append(("c", c))
-    shapes = {}
     for name, value in named:
         if not hasattr(value, "shape"):
             raise TypeError(f"{op}: {name} must be a NetVar or an array, got "
                             f"{type(value).__name__}")
-        shapes[name] = tuple(value.shape)
-    if any(len(shapes[name]) != 2 for name in ("x", "h", "W", "R")):
-        raise ValueError(f"{op}: x, h, W and R must be 2-D, got shapes {shapes['x']}, "
-                         f"{shapes['h']}, {shapes['W']} and {shapes['R']}")
-    H = shapes["R"][0]
-    if shapes["R"] != (H, k * H):
-        raise ValueError(f"{op}: R of shape {shapes['R']} must be (H, {k}·H)")
-    if shapes["W"] != (shapes["x"][1], k * H):
-        raise ValueError(f"{op}: W of shape {shapes['W']} must be (F, {k}·H) = "
-                         f"({shapes['x'][1]}, {k * H}) for x of shape {shapes['x']} and R of "
-                         f"shape {shapes['R']}")
-    for name in ("h", "c"):
-        if name in shapes and shapes[name] not in ((shapes["x"][0], H), (1, H)):
-            raise ValueError(f"{op}: {name} of shape {shapes[name]} must be (B, H) = "
-                             f"({shapes['x'][0]}, {H}) or (1, {H})")
-    allowed = ((2, 3 * H),) if op == "GRUCell" else ((k * H,), (1, k * H))
-    if shapes["b"] not in allowed:
-        raise ValueError(f"{op}: b of shape {shapes['b']} must be "
-                         f"{' or '.join(str(s) for s in allowed)} for H = {H}")
+    if any(len(v.shape) != 2 for v in (x, h, W, R)):
+        raise ValueError(f"{op}: x, h, W and R must be 2-D, got shapes {tuple(x.shape)}, "
+                         f"{tuple(h.shape)}, {tuple(W.shape)} and {tuple(R.shape)}")
+    H = _check_weights(op, k, x, W, R, b, two_biases)
+    _check_state(op, "h", h, x.shape[0], H)
+    _check_state(op, "c", c, x.shape[0], H)
+
+
+_ACTIVATIONS = {'tanh': Tanh, 'sigmoid': Sigmoid, 'relu': ReLU, 'linear': None}
 
 
 def _pre_activation(x, h, W, R, b):
@@ -53,12 +44,12 @@ def RNNCell(x, h, W, R, b, activation='tanh'):
 
     x (B, F), h (B, H), W (F, H), R (H, H), b (H,) or (1, H); returns the (B, H) node y.
     """
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"RNNCell: activation must be one of {sorted(_ACTIVATIONS)}, got "
+                         f"{activation!r}")
     _check_cell("RNNCell", 1, x, h, W, R, b)
     a = _pre_activation(x, h, W, R, b)
-    ops = {'tanh': Tanh, 'sigmoid': Sigmoid, 'relu': ReLU, 'linear': None}
-    if activation not in ops:
-        raise ValueError(f"RNNCell: activation must be one of {sorted(ops)}, got {activation!r}")
-    return a if ops[activation] is None else ops[activation](a)
+    return a if _ACTIVATIONS[activation] is None else _ACTIVATIONS[activation](a)
 
 
 def LSTMCell(x, h, c, W, R, b):
@@ -80,7 +71,7 @@ def GRUCell(x, h, W, R, b):
     r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r·u_n),  h_t = n + z·(h − n)
     x (B, F), h (B, H), W (F, 3H), R (H, 3H), b (2, 3H).
     """
-    _check_cell("GRUCell", 3, x, h, W, R, b)
+    _check_cell("GRUCell", 3, x, h, W, R, b, two_biases=True)
     a_r, a_z, a_n = Split(Add(Multiply(x, W), b[0:1]), 3, axis=-1)
     u_r, u_z, u_n = Split(Add(Multiply(h, R), b[1:2]), 3, axis=-1)
     r, z = Sigmoid(Add(a_r, u_r)), Sigmoid(Add(a_z, u_z))

@@ -96,10 +96,30 @@ def _lengths(op, lengths, T, B):
     return values
 
 
+def _check_weights(op, k, x, W, R, b, two_biases=False):
+    """The shapes of W (F, k·H), R (H, k·H) and b for x whose last axis is F; returns H.
+
+    b is (k·H,) or (1, k·H), or (2, k·H) = [b_i; b_h] with ``two_biases`` (the GRU). Shared by
+    the fused ops and the cells; errors name the op, the argument and the shapes.
+    """
+    x, W, R, b = (_shape(v) for v in (x, W, R, b))
+    if len(R) != 2 or R[1] != k * R[0]:
+        raise ValueError(f"{op}: R of shape {R} must be (H, {k}·H)")
+    H = R[0]
+    if W != (x[-1], k * H):
+        raise ValueError(f"{op}: W of shape {W} must be (F, {k}·H) = ({x[-1]}, {k * H}) "
+                         f"for x of shape {x} and R of shape {R}")
+    allowed = ((2, k * H),) if two_biases else ((k * H,), (1, k * H))
+    if b not in allowed:
+        raise ValueError(f"{op}: b of shape {b} must be "
+                         f"{' or '.join(str(s) for s in allowed)} for H = {H}")
+    return H
+
+
 def _check_state(op, argument, state, B, H):
-    if state is not None and (state._data.ndim != 2 or state._data.shape[1] != H
-                              or state._data.shape[0] not in (1, B)):
-        raise ValueError(f"{op}: {argument} of shape {_shape(state._data)} must be (B, H) = "
+    """A state (h or c) of shape (B, H) or (1, H); None passes."""
+    if state is not None and _shape(state) not in ((B, H), (1, H)):
+        raise ValueError(f"{op}: {argument} of shape {_shape(state)} must be (B, H) = "
                          f"({B}, {H}) or (1, {H})")
 
 
@@ -116,6 +136,7 @@ class _Recurrent(NetOp):
     """
     gates = 1          # k: W is (F, k·H)
     states = 1         # 1 (h) or 2 (h, c)
+    two_biases = False     # b is [b_i; b_h] (2, k·H) rather than one (k·H,) bias
 
     def __init__(self, x, W, R, b, h0=None, c0=None, lengths=None):
         op = type(self).__name__
@@ -132,16 +153,7 @@ class _Recurrent(NetOp):
         if T == 0 or B == 0:
             raise ValueError(f"{op}: x of shape {_shape(xd)} holds no step (T = {T}) or no "
                              f"sequence (B = {B}); every sequence needs at least one step")
-        k = self.gates
-        if Rd.ndim != 2 or Rd.shape[1] != k * Rd.shape[0]:
-            raise ValueError(f"{op}: R of shape {_shape(Rd)} must be (H, {k}·H)")
-        H = Rd.shape[0]
-        if _shape(Wd) != (F, k * H):
-            raise ValueError(f"{op}: W of shape {_shape(Wd)} must be (F, {k}·H) = ({F}, {k * H}) "
-                             f"for x of shape {_shape(xd)} and R of shape {_shape(Rd)}")
-        if _shape(bd) not in self._bias_shapes(H):
-            expected = " or ".join(str(s) for s in self._bias_shapes(H))
-            raise ValueError(f"{op}: b of shape {_shape(bd)} must be {expected} for H = {H}")
+        H = _check_weights(op, self.gates, xd, Wd, Rd, bd, self.two_biases)
         _check_state(op, "h0", h0, B, H)
         _check_state(op, "c0", c0, B, H)
         lengths = _lengths(op, lengths, T, B)
@@ -197,9 +209,6 @@ class _Recurrent(NetOp):
         super().__init__(y, *parents)
 
     # -- pieces a subclass may change
-    def _bias_shapes(self, H):
-        return ((self.gates * H,), (1, self.gates * H))
-
     def _input_bias(self, bd):
         return bd.reshape(-1)
 
@@ -448,12 +457,10 @@ class GRU(_Recurrent):
     PyTorch ``nn.GRU``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ, b = stack([bias_ih_l0, bias_hh_l0]).
     """
     gates = 3
+    two_biases = True
 
     def __init__(self, x, W, R, b, h0=None, lengths=None):
         super().__init__(x, W, R, b, h0=h0, lengths=lengths)
-
-    def _bias_shapes(self, H):
-        return ((2, 3 * H),)
 
     def _input_bias(self, bd):
         return bd[0]

@@ -91,3 +91,28 @@ def test_ten_thousand_steps_fused_and_unrolled(rng):
     np.testing.assert_allclose(h.data, op.final.data, atol=1e-10)
     h.sum().back()
     np.testing.assert_allclose(W.g, fused_grad, atol=1e-8)
+
+
+def test_cell_bad_input_errors_name_cell_argument_and_shapes(rng):
+    x, h = var64(rng, 2, F), var64(rng, 2, H)
+    W, R, b = params(rng, "rnn-tanh")
+    with pytest.raises(ValueError, match=r"RNNCell: x, h, W and R must be 2-D, got shapes "
+                                         r"\(1, 2, 2\), \(2, 3\)"):
+        nn.RNNCell(var64(rng, 1, 2, F), h, W, R, b)
+    with pytest.raises(ValueError, match=r"RNNCell: b of shape \(1, 4\) must be \(3,\) or "
+                                         r"\(1, 3\) for H = 3"):
+        nn.RNNCell(x, h, W, R, var64(rng, 1, 4))
+    with pytest.raises(ValueError, match=r"RNNCell: activation must be one of"):
+        nn.RNNCell(x, h, W, R, b, activation="softsign")
+    with pytest.raises(TypeError, match=r"RNNCell: b must be a NetVar or an array, got list"):
+        nn.RNNCell(x, h, W, R, [0.0] * H)
+    Wg, Rg, _ = params(rng, "gru")
+    with pytest.raises(ValueError, match=r"GRUCell: b of shape \(3, 9\) must be \(2, 9\) "
+                                         r"for H = 3"):
+        nn.GRUCell(x, h, Wg, Rg, var64(rng, 3, 9))
+    Wl, Rl, bl = params(rng, "lstm")
+    with pytest.raises(ValueError, match=r"LSTMCell: c of shape \(3, 3\) must be \(B, H\) = "
+                                         r"\(2, 3\) or \(1, 3\)"):
+        nn.LSTMCell(x, h, var64(rng, 3, H), Wl, Rl, bl)
+    h_new, c_new = nn.LSTMCell(x, var64(rng, 1, H), var64(rng, 1, H), Wl, Rl, bl)
+    assert h_new.shape == c_new.shape == (2, H)      # (1, H) states are shared by every row
