@@ -30,6 +30,12 @@ def _row_max(op, x):
         raise ValueError(f"{op}: x of shape {tuple(x.shape)} has an empty last axis") from None
 
 
+def sigmoid(x, xp):
+    """σ(x) = 1 / (1 + e^−x) of an array, without overflow for any |x|."""
+    e = xp.exp(-xp.abs(x))          # in (0, 1]: never overflows
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
 class ReLU(NetOp):
     """Rectified linear unit.
 
@@ -74,9 +80,7 @@ class Sigmoid(NetOp):
     __slots__ = ()
 
     def __init__(self, x):
-        xp = backend.array_module(x._data)
-        e = xp.exp(-xp.abs(x._data))            # in (0, 1]: never overflows
-        super().__init__(xp.where(x._data >= 0, 1 / (1 + e), e / (1 + e)), x)
+        super().__init__(sigmoid(x._data, backend.array_module(x._data)), x)
 
     def _back(self, x):
         gy = self._g * self._data
@@ -126,12 +130,6 @@ NetVar.relu = lambda x: ReLU(x)
 NetVar.sigmoid = lambda x: Sigmoid(x)
 NetVar.tanh = lambda x: Tanh(x)
 NetVar.softmax = lambda x: SoftMax(x)
-
-
-def sigmoid(x, xp):
-    """σ(x) = 1 / (1 + e^−x) of an array, without overflow for any |x|."""
-    e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
 class LogSoftmax(NetOp):
