@@ -6,8 +6,6 @@ module), and PyTorch on CUDA when it is installed with a GPU. In these rows the 
 that hand-written CuPy baseline. Each call ends with a device synchronisation and the rows are
 timed in wall-clock time (process CPU time says nothing about the GPU).
 """
-import numpy as np
-
 import nnkit as nn
 from nnkit import backend
 
@@ -32,16 +30,11 @@ def _torch_cuda():
 
 def _mlp_rows(cp, torch, rounds, sync):
     """W2 and W3 on the GPU."""
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    X = (digits.data / 16.0).astype(np.float32)
-    Y = digits.target.astype(np.int64)
-    digit_batches = [(X[i:i + 64], Y[i:i + 64]) for i in range(0, len(X), 64)]
     big_layers, big_x, big_y = mlp.big_mlp_data()
     rows = []
     for label, layers, batches, target, number in (
             ("W7 GPU: W2 digits MLP epoch", mlp.init_weights((64, 128, 128, 10)),
-             digit_batches, 1.25, 2),
+             mlp.digits_batches(), 1.25, 2),
             ("W7 GPU: W3 784-1024-1024-10 MLP step", big_layers, [(big_x, big_y)], 1.10, 3)):
         on_gpu = [(cp.asarray(x), cp.asarray(y)) for x, y in batches]
         ours, theirs = mlp.NnkitMLP(layers, gpu=True), mlp.NumpyMLP(layers, xp=cp)

@@ -206,13 +206,18 @@ def _contenders(layers, x, y):
     return models
 
 
-def digits_epoch(rounds, batch=64, number=2):
-    """W2: one epoch over scikit-learn's digits (64-128-128-10, batch 64, Adam, float32)."""
+def digits_batches(batch=64):
+    """W2's data: scikit-learn's digits scaled to [0, 1] (float32), in batches of ``batch``."""
     from sklearn.datasets import load_digits
     digits = load_digits()
     X = (digits.data / 16.0).astype(np.float32)
     Y = digits.target.astype(np.int64)
-    batches = [(X[i:i + batch], Y[i:i + batch]) for i in range(0, len(X), batch)]
+    return [(X[i:i + batch], Y[i:i + batch]) for i in range(0, len(X), batch)]
+
+
+def digits_epoch(rounds, batch=64, number=2):
+    """W2: one epoch over scikit-learn's digits (64-128-128-10, batch 64, Adam, float32)."""
+    batches = digits_batches(batch)
     models = _contenders(init_weights((64, 128, 128, 10)), *batches[0])
 
     def epoch(model):
