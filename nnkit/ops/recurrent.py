@@ -191,9 +191,6 @@ class _Recurrent(NetOp):
         final_position = numpy.empty(B, dtype=numpy.int64)
         final_position[order] = last
         self.final_position = xp.asarray(final_position)
-        self._finals = [packed[self.final_position]]
-        if self.states == 2:
-            self._finals.append(self.Cp[self.final_position])
         self._final_refs = [None] * self.states
         self._final_g = [None] * self.states
         self._no_gradient = None
@@ -316,11 +313,11 @@ class RecurrentState(NetOp):
         if not isinstance(op, _Recurrent):
             raise TypeError(f"RecurrentState: op must be an RNN, LSTM or GRU node, got "
                             f"{type(op).__name__}")
-        if which not in range(len(op._finals)):
-            raise ValueError(f"RecurrentState: {type(op).__name__} has {len(op._finals)} final "
+        if which not in range(op.states):
+            raise ValueError(f"RecurrentState: {type(op).__name__} has {op.states} final "
                              f"state(s), no state {which!r}")
         self.which = which
-        super().__init__(op._finals[which], op)
+        super().__init__((op.Cp if which else op.Hp)[op.final_position], op)
 
     def _back(self, op):
         op._add_final_gradient(self.which, self._g)

@@ -114,6 +114,9 @@ def test_final_state_node_is_cached_and_only_final_state_used(rng):
     op = nn.RNN(x, W, R, b, lengths=RAGGED)
     assert op.final is op.final
     assert op.final.shape == (B, H) and op.final.parents == (op,)
+    with pytest.raises(ValueError, match=r"RecurrentState: RNN has 1 final state\(s\), no "
+                                         r"state 1"):
+        nn.RecurrentState(op, 1)
     op.final.sum().back()
     # only positions up to each length reach the final state
     mask = np.arange(T)[:, None] < np.array(RAGGED)[None, :]
