@@ -408,9 +408,11 @@ def test_hostile_input_fails_clearly_and_changes_nothing(case, call, error, mess
 @pytest.mark.parametrize("case, call", DEVICE_CASES, ids=[c[0] for c in DEVICE_CASES])
 def test_mixed_devices_name_the_op_and_both_devices(case, call, m, second_device):
     before = snapshot(m.params)
-    with pytest.raises(ValueError, match=rf"{case}: inputs live on different devices "
-                                         rf"\({SHAPES} on (cpu|gpu:1), {SHAPES} on (cpu|gpu:1)"):
+    pattern = (rf"{case}: inputs live on different devices "
+               rf"\({SHAPES} on (cpu|gpu:1), {SHAPES} on (cpu|gpu:1)")
+    with pytest.raises(ValueError, match=pattern) as caught:
         call(m)
+    assert " on cpu" in str(caught.value) and " on gpu:1" in str(caught.value)   # both named
     assert_unchanged(m.params, before)
 
 
@@ -425,8 +427,10 @@ def test_optimizer_step_with_some_gradients_leaves_the_others_alone(m):
     m.idle.reset()
     optimizer = nn.GD([m.idle] + m.net.vars)
     idle = m.idle.data.copy()
+    trained = [p.data.copy() for p in m.net.vars]
     optimizer.step()
     np.testing.assert_array_equal(m.idle.data, idle)     # no gradient: not updated
+    assert all(not np.array_equal(p.data, old) for p, old in zip(m.net.vars, trained))
 
 
 def test_nan_data_is_kept_not_clipped():
