@@ -46,7 +46,8 @@ def test_only_the_op_where_nan_appears_raises_not_its_consumers():
         z = nn.Tanh(y) + 1.0               # consumers of an existing NaN do not raise
         assert np.isnan(z.data[0, 0])
         nan_leaf = nn.NetVar(np.array([[np.nan, 1.0]]))
-        nn.Sigmoid(nan_leaf)               # nor do consumers of NaN data given by the user
+        y = nn.Sigmoid(nan_leaf)           # nor do consumers of NaN data given by the user
+        assert np.isnan(y.data[0, 0]) and np.isfinite(y.data[0, 1])
 
 
 def test_backward_inf_names_the_op_whose_rule_made_it():

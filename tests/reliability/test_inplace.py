@@ -139,6 +139,10 @@ def test_detect_anomaly_training_loop_has_no_false_alarm():
         loss = nn.Sum(nn.Tanh(x @ w))
         w.data[0, 0] = w.data[0, 0]   # same value written back: the gradient is still right
         loss.back()
+    checked = w.g.copy()
+    w.reset()
+    nn.Sum(nn.Tanh(x @ w)).back()
+    np.testing.assert_array_equal(checked, w.g)
 
 
 def test_item_assignment_costs_nothing_outside_detect_anomaly(monkeypatch):
