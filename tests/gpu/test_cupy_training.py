@@ -75,6 +75,7 @@ def test_ffn_with_batchnorm_and_clipping_trains_as_on_the_cpu(backend):
             return losses, where.host(net(x)), net
     (losses, out, net), (expected_losses, expected_out, reference) = run(backend), run(HOST)
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-9)
+    assert losses[-1] < losses[0]
     np.testing.assert_allclose(out, expected_out, rtol=1e-9, atol=1e-12)
     state = net.topology[2][3]
     assert nn.backend.array_module(state.running_mean) is backend.xp
@@ -145,6 +146,7 @@ def test_sequence_model_trains_as_on_the_cpu(cell, backend):
 
     (losses, model), (expected, reference) = run(backend), run(HOST)
     np.testing.assert_allclose(losses, expected, rtol=1e-8)
+    assert sum(losses[-2:]) < sum(losses[:2])          # the last epoch's two batches vs the first
     assert_same_params(model.vars, reference.vars, rtol=1e-8)
     assert model.to_cpu() is model and all(isinstance(p.data, np.ndarray) for p in model.vars)
 

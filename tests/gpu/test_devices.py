@@ -58,6 +58,7 @@ def test_mixing_devices_in_a_recurrent_op_simulated(fake_gpu):
                                          r"\(\(3, 2, 2\) on cpu, \(2, 4\) on gpu:1"):
         nn.RNN(x, W, R, b)
 
+
 def test_device_names(fake_gpu):
     assert nn.NetVar(np.ones(2)).device == "cpu"
     assert on_fake_gpu(np.ones(2)).device == "gpu:1"
