@@ -70,11 +70,7 @@ class Mean(NetOp):
         super().__init__(xp.asarray(x._data.mean(axis=self.axes, keepdims=keepdims)), x)
 
     def _back(self, x):
-        shape = x._data.shape
-        n = 1
-        for a in self.axes:
-            n *= shape[a]
-        x.accumulate(expand_reduced(self._g / n, self.axes, self.keepdims, shape))
+        x.accumulate(_spread(self, self._g / _count(x._data.shape, self.axes), x))
 
 
 def _check_not_empty(op, x, axes):
