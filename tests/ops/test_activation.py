@@ -3,6 +3,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.oracle import assert_matches_pytorch
 
 
 @pytest.mark.parametrize("op", [nn.ReLU, nn.LReLU, nn.Sigmoid, nn.Tanh, nn.SoftMax])
@@ -75,7 +76,6 @@ def test_new_activations_match_pytorch(torch, rng):
     import torch.nn.functional as F
     data = rng.standard_normal((4, 6)) * 3
     data[0, :2] = [1.0, -1.0]           # HardTanh at its bounds
-    seed = rng.standard_normal((4, 6))
     cases = [(nn.LogSoftmax, lambda t: F.log_softmax(t, dim=-1)),
              (nn.ELU, F.elu), (lambda v: nn.ELU(v, 0.3), lambda t: F.elu(t, 0.3)),
              (nn.SELU, F.selu), (nn.Softplus, F.softplus),
@@ -83,14 +83,7 @@ def test_new_activations_match_pytorch(torch, rng):
              (nn.HardTanh, F.hardtanh),
              (lambda v: nn.HardTanh(v, -0.5, 2.0), lambda t: F.hardtanh(t, -0.5, 2.0))]
     for op, reference in cases:
-        x = nn.NetVar(data)
-        y = op(x)
-        y.back(seed)
-        t = torch.tensor(data, requires_grad=True)
-        r = reference(t)
-        r.backward(torch.tensor(seed))
-        np.testing.assert_allclose(y.data, r.detach().numpy(), rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(x.g, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+        assert_matches_pytorch(torch, op, reference, data, rng=rng, rtol=1e-12, atol=1e-12)
 
 
 def test_softplus_and_log_softmax_are_stable_for_large_inputs():

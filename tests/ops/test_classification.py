@@ -100,25 +100,15 @@ def test_softmax_ce_matches_pytorch(torch, rng):
     cases = [dict(), dict(weight=weight), dict(ignore_index=-100, weight=weight)]
     for options in cases:
         lab = labels if "ignore_index" in options else np.where(labels < 0, 0, labels)
-        zn = nn.NetVar(z)
-        loss = nn.SoftmaxCELoss(zn, lab, **options)
-        loss.back()
-        zt = torch.tensor(z, requires_grad=True)
         kwargs = {k: torch.tensor(v) if k == "weight" else v for k, v in options.items()}
-        ref = F.cross_entropy(zt, torch.tensor(lab), **kwargs)
-        ref.backward()
-        assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
-        np.testing.assert_allclose(zn.g, zt.grad.numpy(), atol=1e-12)
+        assert_matches_pytorch(torch, lambda a: nn.SoftmaxCELoss(a, lab, **options),
+                               lambda a: F.cross_entropy(a, torch.tensor(lab), **kwargs), z,
+                               rng=rng, rtol=1e-10, grad_rtol=1e-7, grad_atol=1e-12)
     probs = rng.random((N, C))
     probs /= probs.sum(1, keepdims=True)
-    zn = nn.NetVar(z)
-    loss = nn.SoftmaxCELoss(zn, probs, weight=weight)
-    zt = torch.tensor(z, requires_grad=True)
-    ref = F.cross_entropy(zt, torch.tensor(probs), weight=torch.tensor(weight))
-    ref.backward()
-    loss.back()
-    assert loss.item() == pytest.approx(ref.item(), rel=1e-10)
-    np.testing.assert_allclose(zn.g, zt.grad.numpy(), atol=1e-12)
+    assert_matches_pytorch(torch, lambda a, t: nn.SoftmaxCELoss(a, t, weight=weight),
+                           lambda a, t: F.cross_entropy(a, t, weight=torch.tensor(weight)),
+                           z, probs, rng=rng, rtol=1e-10, grad_rtol=1e-7, grad_atol=1e-12)
 
 
 @pytest.mark.parametrize("shape", [(4, 3), (1, 5), (2, 3, 2)])

@@ -4,6 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.oracle import assert_matches_pytorch
 
 CONV_CASES = [  # x shape, w shape, stride, padding, bias
     ((2, 3, 5, 5), (4, 3, 3, 3), 1, 0, True),
@@ -28,17 +29,9 @@ def test_conv2d_matches_pytorch(xs, ws, stride, padding, bias, torch, rng):
     import torch.nn.functional as F
     arrays = [rng.standard_normal(xs), rng.standard_normal(ws)] + \
         ([rng.standard_normal(ws[0])] if bias else [])
-    nodes = [nn.NetVar(a) for a in arrays]
-    y = nn.Conv2D(*nodes[:2], nodes[2] if bias else None, stride, padding)
-    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
-    r = F.conv2d(tensors[0], tensors[1], tensors[2] if bias else None, stride, padding)
-    seed = rng.standard_normal(tuple(r.shape))
-    y.back(seed)
-    r.backward(torch.tensor(seed))
-    np.testing.assert_allclose(y.data, r.detach().numpy(), atol=1e-12)
-    for node, tensor in zip(nodes, tensors):
-        np.testing.assert_allclose(node.g.reshape(-1), tensor.grad.numpy().reshape(-1),
-                                   atol=1e-11)
+    assert_matches_pytorch(torch, lambda x, w, b=None: nn.Conv2D(x, w, b, stride, padding),
+                           lambda x, w, b=None: F.conv2d(x, w, b, stride, padding), *arrays,
+                           rng=rng, atol=1e-12, grad_atol=1e-11)
 
 
 def test_conv2d_errors(rng):
@@ -70,20 +63,19 @@ POOL_CASES = [((2, 3, 4, 4), 2, None), ((1, 2, 5, 5), 3, 1), ((1, 1, 6, 5), (2, 
 
 @pytest.mark.parametrize("op", [nn.MaxPool2D, nn.AvgPool2D])
 @pytest.mark.parametrize("shape,size,stride", POOL_CASES)
-def test_pool_gradcheck_and_pytorch(op, shape, size, stride, rng, torch):
-    import torch.nn.functional as F
+def test_pool_gradcheck(op, shape, size, stride, rng):
     x = var64(rng, *shape)
     nn.gradcheck(lambda v: op(v, size, stride), x)
+
+
+@pytest.mark.parametrize("op", [nn.MaxPool2D, nn.AvgPool2D])
+@pytest.mark.parametrize("shape,size,stride", POOL_CASES)
+def test_pool_matches_pytorch(op, shape, size, stride, rng, torch):
+    import torch.nn.functional as F
     reference = {nn.MaxPool2D: F.max_pool2d, nn.AvgPool2D: F.avg_pool2d}[op]
-    x.reset()
-    y = op(x, size, stride)
-    t = torch.tensor(x.data, requires_grad=True)
-    r = reference(t, size, stride)
-    seed = rng.standard_normal(tuple(r.shape))
-    y.back(seed)
-    r.backward(torch.tensor(seed))
-    np.testing.assert_allclose(y.data, r.detach().numpy(), atol=1e-12)
-    np.testing.assert_allclose(x.g, t.grad.numpy(), atol=1e-12)
+    assert_matches_pytorch(torch, lambda v: op(v, size, stride),
+                           lambda t: reference(t, size, stride), rng.standard_normal(shape),
+                           rng=rng, atol=1e-12)
 
 
 def test_maxpool_ties_go_to_the_first_maximum_as_pytorch(torch):

@@ -4,6 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.oracle import assert_matches_pytorch
 
 
 @pytest.mark.parametrize("index_shape", [(5,), (3, 4), (2, 3, 2), ()])
@@ -29,12 +30,9 @@ def test_embedding_matches_pytorch(torch, rng):
     import torch.nn.functional as F
     table = rng.standard_normal((7, 4))
     tokens = rng.integers(0, 7, size=(3, 5))
-    seed = rng.standard_normal((3, 5, 4))
-    node = nn.NetVar(table)
-    nn.Embedding(tokens, node).back(seed)
-    tensor = torch.tensor(table, requires_grad=True)
-    F.embedding(torch.tensor(tokens), tensor).backward(torch.tensor(seed))
-    np.testing.assert_allclose(node.g, tensor.grad.numpy(), atol=1e-12)
+    assert_matches_pytorch(torch, lambda t: nn.Embedding(tokens, t),
+                           lambda t: F.embedding(torch.tensor(tokens), t), table, rng=rng,
+                           atol=1e-12)
 
 
 def test_embedding_errors(rng):

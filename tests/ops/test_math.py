@@ -4,6 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.oracle import assert_matches_pytorch
 
 SHAPES = [(1, 5), (3, 4), (2, 3, 2)]
 BROADCAST_PAIRS = [((3, 4), (3, 4)), ((3, 4), (1, 4)), ((2, 3, 4), (3, 1)), ((1, 4), (3, 1))]
@@ -87,15 +88,8 @@ def test_maximum_ties_split_evenly():
 def test_maximum_matches_pytorch(torch, rng):
     a = rng.integers(0, 3, size=(4, 5)).astype(float)
     b = rng.integers(0, 3, size=(1, 5)).astype(float)
-    seed = rng.standard_normal((4, 5))
     for op, reference in [(nn.Maximum, torch.maximum), (nn.Minimum, torch.minimum)]:
-        x, y = nn.NetVar(a), nn.NetVar(b)
-        op(x, y).back(seed)
-        tx = torch.tensor(a, requires_grad=True)
-        ty = torch.tensor(b, requires_grad=True)
-        reference(tx, ty).backward(torch.tensor(seed))
-        np.testing.assert_allclose(x.g, tx.grad.numpy())
-        np.testing.assert_allclose(y.g, ty.grad.numpy())
+        assert_matches_pytorch(torch, op, reference, a, b, rng=rng)
 
 
 def test_maximum_broadcast_error(rng):

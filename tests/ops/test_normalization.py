@@ -4,6 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.oracle import assert_matches_pytorch
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (4, 2, 3, 3), (3, 4, 5)])
@@ -76,22 +77,15 @@ def test_batchnorm_matches_pytorch(torch, rng):
     for shape in [(6, 3), (4, 3, 5, 5)]:
         x = rng.standard_normal(shape) * 2 + 0.5
         gamma, beta = rng.standard_normal(3), rng.standard_normal(3)
-        seed = rng.standard_normal(shape)
         state = nn.BatchNormState(3, momentum=0.2)
         rm, rv = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
         for training in (True, True, False):
-            nodes = [nn.NetVar(a) for a in (x, gamma, beta)]
             with nn.train_mode(training):
-                y = nn.BatchNorm(*nodes, state)
-            y.back(seed)
-            tensors = [torch.tensor(a, requires_grad=True) for a in (x, gamma, beta)]
-            r = F.batch_norm(tensors[0], rm, rv, tensors[1], tensors[2], training=training,
-                             momentum=0.2, eps=1e-5)
-            r.backward(torch.tensor(seed))
-            np.testing.assert_allclose(y.data, r.detach().numpy(), atol=1e-12)
-            for node, tensor in zip(nodes, tensors):
-                np.testing.assert_allclose(node.g.reshape(-1), tensor.grad.numpy().reshape(-1),
-                                           atol=1e-10)
+                assert_matches_pytorch(
+                    torch, lambda *nodes: nn.BatchNorm(*nodes, state),
+                    lambda v, a, b: F.batch_norm(v, rm, rv, a, b, training=training,
+                                                 momentum=0.2, eps=1e-5),
+                    x, gamma, beta, rng=rng, atol=1e-12, grad_atol=1e-10)
             np.testing.assert_allclose(state.running_mean, rm.numpy())
             np.testing.assert_allclose(state.running_var, rv.numpy())
 
@@ -102,25 +96,17 @@ def test_layernorm_gradcheck(shape, rng):
     x, gamma, beta = var64(rng, *shape), var64(rng, D), var64(rng, D)
     nn.gradcheck(nn.LayerNorm, x, gamma, beta)
     nn.gradcheck(lambda v: nn.LayerNorm(v, eps=1e-3), x)
+    training = nn.LayerNorm(x, gamma, beta).data
     with nn.eval_mode():        # the same in evaluation: no running statistics
-        np.testing.assert_allclose(nn.LayerNorm(x, gamma, beta).data,
-                                   nn.LayerNorm(x, gamma, beta).data)
+        np.testing.assert_allclose(nn.LayerNorm(x, gamma, beta).data, training)
 
 
 def test_layernorm_matches_pytorch(torch, rng):
     import torch.nn.functional as F
     x = rng.standard_normal((3, 4, 6))
     gamma, beta = rng.standard_normal(6), rng.standard_normal(6)
-    seed = rng.standard_normal(x.shape)
-    nodes = [nn.NetVar(a) for a in (x, gamma, beta)]
-    y = nn.LayerNorm(*nodes)
-    y.back(seed)
-    tensors = [torch.tensor(a, requires_grad=True) for a in (x, gamma, beta)]
-    r = F.layer_norm(tensors[0], (6,), tensors[1], tensors[2], eps=1e-5)
-    r.backward(torch.tensor(seed))
-    np.testing.assert_allclose(y.data, r.detach().numpy(), atol=1e-12)
-    for node, tensor in zip(nodes, tensors):
-        np.testing.assert_allclose(node.g.reshape(-1), tensor.grad.numpy().reshape(-1),
-                                   atol=1e-10)
+    nodes = assert_matches_pytorch(torch, nn.LayerNorm,
+                                   lambda v, a, b: F.layer_norm(v, (6,), a, b, eps=1e-5),
+                                   x, gamma, beta, rng=rng, atol=1e-12, grad_atol=1e-10)
     with pytest.raises(ValueError, match=r"LayerNorm: gamma of shape \(1, 5\) does not match"):
         nn.LayerNorm(nodes[0], nn.NetVar(np.ones(5)))
