@@ -12,7 +12,7 @@ from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
 
-_GATES = {'rnn': 1, 'lstm': 4, 'gru': 3}
+_LAYERS = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
 
 
 def _uniform(generator, limit, shape):
@@ -27,17 +27,18 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     cell starts by remembering). ``seed``: None (nnkit's global generator), an int or a
     Generator.
     """
-    if cell not in _GATES:
-        raise ValueError(f"recurrent_weights: cell must be one of {sorted(_GATES)}, got {cell!r}")
+    if cell not in _LAYERS:
+        raise ValueError(f"recurrent_weights: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
     for name, size in (("inputs", inputs), ("hidden", hidden)):
         if not (isinstance(size, numbers.Integral) and size >= 1):
             raise ValueError(f"recurrent_weights: {name} must be a positive integer, got {size!r}")
     generator = backend.as_generator(seed)
-    k = _GATES[cell]
+    layer = _LAYERS[cell]
+    k = layer.gates
     limit = 1 / math.sqrt(hidden)
     W = _uniform(generator, limit, (inputs, k * hidden))
     R = _uniform(generator, limit, (hidden, k * hidden))
-    b = numpy.zeros((2, 3 * hidden) if cell == 'gru' else (1, k * hidden), dtype=get_dtype())
+    b = numpy.zeros((2 if layer.two_biases else 1, k * hidden), dtype=get_dtype())
     if cell == 'lstm':
         b[0, hidden:2 * hidden] = forget_bias
     return W, R, NetVar(b)
@@ -63,8 +64,8 @@ class SequenceModel:
 
     def __init__(self, inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
                  activation='tanh', seed=None):
-        if cell not in _GATES:
-            raise ValueError(f"SequenceModel: cell must be one of {sorted(_GATES)}, got {cell!r}")
+        if cell not in _LAYERS:
+            raise ValueError(f"SequenceModel: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
         generator = backend.as_generator(seed)
         self.cell, self.per_step, self.activation = cell, per_step, activation
         self.table = None
