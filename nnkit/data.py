@@ -23,6 +23,9 @@ def _as_arrays(seqs, owner):
         if array.dtype.kind not in "biuf":
             raise TypeError(f"{owner}: sequence {position} has dtype {array.dtype}; give "
                             "numbers (token ids or features)")
+        if arrays and array.shape[1:] != arrays[0].shape[1:]:
+            raise ValueError(f"{owner}: sequence {position} has steps of shape "
+                             f"{array.shape[1:]}, sequence 0 has {arrays[0].shape[1:]}")
         arrays.append(array)
     if not arrays:
         raise ValueError(f"{owner}: no sequences given")
@@ -49,14 +52,13 @@ def pad_sequences(seqs, dtype=None, value=0.0):
     dtype for float arrays, and ``nnkit.dtype`` for Python lists of floats.
     """
     arrays, default = _as_arrays(seqs, "pad_sequences")
-    feature_shape = arrays[0].shape[1:]
-    for position, array in enumerate(arrays):
-        if array.shape[1:] != feature_shape:
-            raise ValueError(f"pad_sequences: sequence {position} has steps of shape "
-                             f"{array.shape[1:]}, sequence 0 has {feature_shape}")
-    dtype = default if dtype is None else dtype
+    return _pad(arrays, default if dtype is None else dtype, value)
+
+
+def _pad(arrays, dtype, value):
+    """``pad_sequences`` of arrays already checked by ``_as_arrays``."""
     lengths = numpy.array([len(a) for a in arrays], dtype=numpy.int64)
-    x = numpy.full((int(lengths.max()), len(arrays)) + feature_shape, value, dtype=dtype)
+    x = numpy.full((int(lengths.max()), len(arrays)) + arrays[0].shape[1:], value, dtype=dtype)
     for b, array in enumerate(arrays):
         x[:len(array), b] = array
     return x, lengths
@@ -131,11 +133,10 @@ def _mover(device):
 def _padded(batches, arrays, dtype, value, targets, target_dtype, move):
     """The generator behind ``minibatches`` (so that bad arguments raise at the call)."""
     for rows in batches:
-        x, lengths = pad_sequences([arrays[k] for k in rows], dtype, value)
+        x, lengths = _pad([arrays[k] for k in rows], dtype, value)
         if targets is None:
             yield move(x), lengths
         elif target_dtype is not None:
-            yield move(x), lengths, move(pad_sequences([targets[k] for k in rows],
-                                                       target_dtype)[0])
+            yield move(x), lengths, move(_pad([targets[k] for k in rows], target_dtype, 0)[0])
         else:
             yield move(x), lengths, move(targets[rows])

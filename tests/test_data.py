@@ -101,3 +101,7 @@ def test_minibatches_per_step_targets_and_drop_last(rng):
         nn.minibatches(seqs, targets[:2] + [np.zeros(3)] + targets[3:])
     with pytest.raises(ValueError, match="4 targets for 5 sequences"):
         nn.minibatches(seqs, targets[:4])
+    # a bad step shape is found at the call and named by its place in the whole data set
+    with pytest.raises(ValueError, match=r"minibatches: sequence 3 has steps of shape \(3,\), "
+                                         r"sequence 0 has \(2,\)"):
+        nn.minibatches(seqs[:3] + [np.ones((2, 3))], batch_size=2, shuffle=False)
