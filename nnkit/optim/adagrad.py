@@ -2,7 +2,7 @@
 
 __all__ = ['AdaGrad']
 from .. import backend
-from .base import Optimizer
+from .base import Optimizer, _zeros_state
 
 
 class AdaGrad(Optimizer):
@@ -20,9 +20,7 @@ class AdaGrad(Optimizer):
 
     def _update(self, p, g, state):
         xp = backend.array_module(p._data)
-        s = state.get("s")
-        if s is None:
-            s = state["s"] = xp.zeros_like(p._data)
+        s = _zeros_state(state, "s", p._data)
         s += g * g
         denom = xp.sqrt(s)
         denom += self.eps

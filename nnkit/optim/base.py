@@ -259,6 +259,14 @@ def _follow(p, state):
                     else backend.to_gpu(value, data.device.id)
 
 
+def _zeros_state(state, key, data):
+    """``state[key]``, made as zeros like ``data`` (the parameter's array) on first use."""
+    array = state.get(key)
+    if array is None:
+        array = state[key] = backend.array_module(data).zeros_like(data)
+    return array
+
+
 def _is_array(value):
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(
         value, numpy.generic)

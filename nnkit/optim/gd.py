@@ -2,7 +2,7 @@
 
 __all__ = ['GD']
 from .. import backend
-from .base import Optimizer
+from .base import Optimizer, _zeros_state
 
 
 class GD(Optimizer):
@@ -24,9 +24,7 @@ class GD(Optimizer):
         if beta == 0:
             p._data -= self.lr * g
             return
-        m = state.get("m")
-        if m is None:
-            m = state["m"] = backend.array_module(p._data).zeros_like(p._data)
+        m = _zeros_state(state, "m", p._data)
         tmp = g * (1 - beta)         # the one temporary, reused for the step
         m *= beta
         m += tmp

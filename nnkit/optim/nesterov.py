@@ -1,8 +1,7 @@
 """Nesterov momentum."""
 
 __all__ = ['Nesterov']
-from .. import backend
-from .base import Optimizer
+from .base import Optimizer, _zeros_state
 
 
 class Nesterov(Optimizer):
@@ -21,9 +20,7 @@ class Nesterov(Optimizer):
         super().__init__(params, lr, modifiers)
 
     def _update(self, p, g, state):
-        v = state.get("v")
-        if v is None:
-            v = state["v"] = backend.array_module(p._data).zeros_like(p._data)
+        v = _zeros_state(state, "v", p._data)
         mu = self.momentum
         v *= mu
         v += g

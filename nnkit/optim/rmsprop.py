@@ -2,7 +2,7 @@
 
 __all__ = ['RMSProp']
 from .. import backend
-from .base import Optimizer
+from .base import Optimizer, _zeros_state
 
 
 class RMSProp(Optimizer):
@@ -23,9 +23,7 @@ class RMSProp(Optimizer):
 
     def _update(self, p, g, state):
         xp = backend.array_module(p._data)
-        v = state.get("v")
-        if v is None:
-            v = state["v"] = xp.zeros_like(p._data)
+        v = _zeros_state(state, "v", p._data)
         rho = self.rms
         v *= rho
         v += (1 - rho) * (g * g)
