@@ -22,6 +22,7 @@ import numpy
 
 from . import backend
 from .core import NetOp, NetVar
+from .ops.recurrent import _Recurrent
 from .trace import _reachable, describe, preview, trace_back
 
 __all__ = ['draw', 'draw_trace', 'Graph', 'Frames']
@@ -185,8 +186,8 @@ def _time_length(node):
             value = getattr(node, attribute, None)
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
-    if type(node).__module__.endswith("ops.recurrent") and node.ndim >= 3:
-        return int(node.shape[0])         # time-major (T, B, F)
+    if isinstance(node, _Recurrent):
+        return int(node.shape[0])         # time-major (T, B, H)
     return None
 
 
