@@ -3,7 +3,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.oracle import assert_matches_pytorch
+from tests.ops.helpers import assert_matches_pytorch
 
 
 @pytest.mark.parametrize("op", [nn.ReLU, nn.LReLU, nn.Sigmoid, nn.Tanh, nn.SoftMax])

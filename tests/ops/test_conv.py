@@ -4,7 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.oracle import assert_matches_pytorch
+from tests.ops.helpers import assert_matches_pytorch
 
 CONV_CASES = [  # x shape, w shape, stride, padding, bias
     ((2, 3, 5, 5), (4, 3, 3, 3), 1, 0, True),

@@ -4,7 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.oracle import assert_matches_pytorch
+from tests.ops.helpers import assert_matches_pytorch
 
 
 @pytest.mark.parametrize("index_shape", [(5,), (3, 4), (2, 3, 2), ()])

@@ -1,4 +1,4 @@
-"""PyTorch as the oracle of the op tests: the same arrays in, one seed gradient, equal results."""
+"""Checks shared by the op tests: PyTorch as the oracle, and scaling by the upstream gradient."""
 import numpy as np
 
 import nnkit as nn
@@ -28,3 +28,14 @@ def assert_matches_pytorch(torch, ours, theirs, *arrays, rng, rtol=1e-7, atol=0.
         np.testing.assert_allclose(node.g, tensor.grad.numpy().reshape(node.g.shape),
                                    rtol=grad_rtol, atol=grad_atol)
     return nodes
+
+
+def assert_honours_the_upstream_gradient(make, node):
+    """``make()`` builds a node from ``node``; backpropagating 3·make() must give ``node`` three
+    times the gradient that make() alone gives it."""
+    node.reset()
+    make().back()
+    once = node.g.copy()
+    node.reset()
+    (make() * 3.0).back()
+    np.testing.assert_allclose(node.g, 3 * once)
