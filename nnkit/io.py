@@ -33,6 +33,7 @@ import numpy
 from . import backend, ops
 from .core import NetOp, NetVar
 from .nets.ffn import FFN
+from .optim.base import _is_array
 
 FORMAT = "nnkit-checkpoint"
 VERSION = 1
@@ -99,11 +100,6 @@ class _Writer:
         key = f"a{len(self.arrays)}"
         self.arrays[key] = numpy.asarray(backend.to_cpu(array))
         return {"key": key, "shape": list(array.shape), "dtype": str(array.dtype)}
-
-
-def _is_array(value):
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(
-        value, numpy.generic)
 
 
 def _plain(value):
