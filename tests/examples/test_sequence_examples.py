@@ -1,10 +1,7 @@
 """The sequence examples run and reach their stated results."""
-import pathlib
 import runpy
-import subprocess
-import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.examples.helpers import ROOT, reported_accuracy, run_example
 
 
 def test_char_rnn_quick_run_learns_and_samples(capsys):
@@ -17,17 +14,10 @@ def test_char_rnn_quick_run_learns_and_samples(capsys):
 
 
 def test_char_rnn_command_line_quick():
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "char_rnn.py"), "--quick",
-                             "--epochs", "2"], capture_output=True, text=True, timeout=120,
-                            cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    assert "epoch 2: loss" in result.stdout and "sample:" in result.stdout
+    out = run_example("char_rnn.py", "--quick", "--epochs", "2", timeout=120)
+    assert "epoch 2: loss" in out and "epoch 3" not in out
+    assert out.split("sample:\n")[1].startswith("Shall ")      # the prompt, then the sample
 
 
 def test_sequence_classify_reaches_95_percent():
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "sequence_classify.py")],
-                            capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith("test accuracy: ")
-    assert float(last.split(": ")[1]) >= 0.95
+    assert reported_accuracy("sequence_classify.py") >= 0.95
