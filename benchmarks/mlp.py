@@ -112,6 +112,17 @@ class NumpyMLP:
         return loss
 
 
+def run_mlp(h, params, relu):
+    """The MLP's logits on nodes of any framework: h·W + b per layer (params W0, b0, W1, ...),
+    ``relu`` between layers."""
+    last = len(params) - 2
+    for i in range(0, len(params), 2):
+        h = h @ params[i] + params[i + 1]
+        if i < last:
+            h = relu(h)
+    return h
+
+
 class NnkitMLP:
     """The same network written as an nnkit user would write it (on the GPU with ``gpu``)."""
 
@@ -124,13 +135,8 @@ class NnkitMLP:
         self.optimizer = nn.Adam(self.params, lr=LR, momentum=BETAS[0], rms=BETAS[1], eps=EPS)
 
     def loss(self, x, y):
-        h = nn.NetVar(x, requires_grad=False)
-        last = len(self.params) - 2
-        for i in range(0, len(self.params), 2):
-            h = h @ self.params[i] + self.params[i + 1]
-            if i < last:
-                h = nn.ReLU(h)
-        return nn.SoftmaxCELoss(h, y)
+        logits = run_mlp(nn.NetVar(x, requires_grad=False), self.params, nn.ReLU)
+        return nn.SoftmaxCELoss(logits, y)
 
     def gradients(self, x, y):
         loss = self.loss(x, y)
@@ -159,13 +165,8 @@ def torch_model(layers, device="cpu"):
             self.optimizer = torch.optim.Adam(self.params, lr=LR, betas=BETAS, eps=EPS)
 
         def gradients(self, x, y):
-            h = torch.as_tensor(x, device=device)
-            last = len(self.params) - 2
-            for i in range(0, len(self.params), 2):
-                h = h @ self.params[i] + self.params[i + 1]
-                if i < last:
-                    h = F.relu(h)
-            loss = F.cross_entropy(h, torch.as_tensor(y, device=device))
+            logits = run_mlp(torch.as_tensor(x, device=device), self.params, F.relu)
+            loss = F.cross_entropy(logits, torch.as_tensor(y, device=device))
             loss.backward()
             return loss.item()
 
