@@ -1,0 +1,266 @@
+"""Trainer hooks: the ``Hook`` base, the ``History`` every Trainer keeps, and the ready-made
+hooks (progress bar, early stopping, best-model checkpoints, NaN guard, learning-rate schedules,
+loss curves). See ``nnkit.nets.trainer`` for the training protocol they plug into.
+"""
+
+__all__ = ['Hook', 'History', 'ProgressBar', 'EarlyStopping', 'SaveBest', 'StopOnNaN',
+           'LRSchedule', 'PlotHistory']
+import math
+import time
+
+from .. import backend
+from ..optim.schedules import Best, ReduceOnPlateau
+from .metrics import MeanLoss
+
+
+class Hook:
+    """Base of the trainer hooks. Override any callback; each receives the trainer first.
+
+    - ``on_fit_start(trainer)``: before the first epoch.
+    - ``on_epoch_start(trainer)``: ``trainer.epoch`` is the epoch number (from 1),
+      ``trainer.batches_per_epoch`` the number of batches when known (else None).
+    - ``on_before_step(trainer, loss)``: after ``loss.back()``, before ``optimizer.step()``;
+      calling ``trainer.stop(reason)`` here skips the update and ends training.
+    - ``on_batch_end(trainer, logs)``: after the update; ``logs = {"loss", "size"}``.
+    - ``on_epoch_end(trainer, logs)``: after validation; ``logs`` are the epoch's logs.
+    - ``on_fit_end(trainer)``: after the last epoch (also after a stop).
+
+    ``trainer.stop(reason)`` ends training after the current batch or epoch; the reason is
+    printed and kept in ``trainer.stop_reason``. ``trainer.steps`` counts optimizer updates.
+    """
+
+    def on_fit_start(self, trainer):
+        pass
+
+    def on_epoch_start(self, trainer):
+        pass
+
+    def on_before_step(self, trainer, loss):
+        pass
+
+    def on_batch_end(self, trainer, logs):
+        pass
+
+    def on_epoch_end(self, trainer, logs):
+        pass
+
+    def on_fit_end(self, trainer):
+        pass
+
+
+class History(Hook, dict):
+    """Per-epoch logs as a dict of lists: ``history["val_loss"][k]`` is epoch k + 1's value.
+
+    Every Trainer has one (``trainer.history``), called before the other hooks, so their
+    ``on_epoch_end`` already sees the current epoch.
+    """
+
+    def on_epoch_end(self, trainer, logs):
+        for key, value in logs.items():
+            self.setdefault(key, []).append(value)
+
+
+def _metric_value(owner, logs, metric):
+    if metric not in logs:
+        raise KeyError(f"{owner}: no '{metric}' in the epoch logs; available: "
+                       f"{sorted(logs)} (val_* entries need fit(..., val=...))")
+    return logs[metric]
+
+
+class ProgressBar(Hook):
+    """A tqdm bar per epoch: batches done, running loss and samples/s live; one line per epoch
+    (with its validation results) in a terminal or notebook. Needs ``tqdm``."""
+
+    def __init__(self, file=None):
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise ImportError("ProgressBar needs tqdm: pip install tqdm (or nnkit[examples])"
+                              ) from None
+        self._tqdm = tqdm
+        self.file = file
+        self.bar = None
+
+    def on_epoch_start(self, trainer):
+        self.bar = self._tqdm(total=trainer.batches_per_epoch, unit="batch", leave=True,
+                              desc=f"epoch {trainer.epoch}/{trainer.epochs}", file=self.file)
+        self._loss, self._samples, self._started = MeanLoss(), 0, time.perf_counter()
+
+    def on_batch_end(self, trainer, logs):
+        self._loss.update(logs["loss"], logs["size"])
+        self._samples += logs["size"]
+        rate = self._samples / max(time.perf_counter() - self._started, 1e-9)
+        self.bar.set_postfix_str(f"loss={self._loss.value:.4f}, {rate:,.0f} samples/s",
+                                 refresh=False)
+        self.bar.update(1)
+
+    def on_epoch_end(self, trainer, logs):
+        rate = logs["samples"] / max(logs["time"], 1e-9)
+        shown = ", ".join(f"{key}={value:.4f}" for key, value in logs.items()
+                          if key not in ("epoch", "lr", "samples", "time"))
+        self.bar.set_postfix_str(f"{shown}, {rate:,.0f} samples/s", refresh=False)
+        self._close()
+
+    def on_fit_end(self, trainer):
+        self._close()
+
+    def _close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class EarlyStopping(Hook):
+    """Stop when ``metric`` has not improved for ``patience`` epochs.
+
+    ``mode="min"`` for losses, ``"max"`` for accuracies; an improvement must exceed
+    ``min_delta``. ``best`` and ``best_epoch`` hold the best value and its epoch.
+    """
+
+    def __init__(self, metric="val_loss", patience=5, mode="min", min_delta=0.0):
+        if not (isinstance(patience, int) and patience >= 1):
+            raise ValueError(f"EarlyStopping: patience must be a positive integer, "
+                             f"got {patience!r}")
+        self.metric, self.patience = metric, patience
+        self.monitor = Best(mode, min_delta, "EarlyStopping")
+        self.best_epoch = None
+
+    @property
+    def best(self):
+        return self.monitor.best
+
+    def on_epoch_end(self, trainer, logs):
+        if self.monitor.update(_metric_value("EarlyStopping", logs, self.metric)):
+            self.best_epoch = trainer.epoch
+        elif self.monitor.bad >= self.patience:
+            trainer.stop(f"EarlyStopping: {self.metric} has not improved for {self.patience} "
+                         f"epochs (best {self.best:.6g} at epoch {self.best_epoch})")
+
+
+class SaveBest(Hook):
+    """Save a checkpoint (``nnkit.save``) to ``path`` whenever ``metric`` improves.
+
+    ``model`` is what to save (an FFN, dict or list; the optimizer's parameters by default);
+    ``optimizer=True`` also saves the optimizer's state. The checkpoint's extra data holds the
+    epoch and the metric. ``restore=True`` loads the best parameters back at the end of fit.
+    """
+
+    def __init__(self, path, metric="val_loss", mode="min", model=None, optimizer=False,
+                 restore=False):
+        self.path, self.metric, self.model = path, metric, model
+        self.save_optimizer, self.restore = optimizer, restore
+        self.monitor = Best(mode, 0.0, "SaveBest")
+        self.best_epoch = None
+
+    def on_epoch_end(self, trainer, logs):
+        from ..io import save
+        value = _metric_value("SaveBest", logs, self.metric)
+        if self.monitor.update(value):
+            self.best_epoch = trainer.epoch
+            save(self.path, self.model if self.model is not None else trainer.params,
+                 optimizer=trainer.optimizer if self.save_optimizer else None,
+                 extra={"epoch": trainer.epoch, self.metric: float(value)})
+
+    def on_fit_end(self, trainer):
+        if self.restore and self.best_epoch is not None:
+            from ..io import load
+            load(self.path, self.model if self.model is not None else trainer.params,
+                 optimizer=trainer.optimizer if self.save_optimizer else None)
+
+
+class StopOnNaN(Hook):
+    """Stop before an update that would spread a NaN or Inf into the parameters.
+
+    Checks, after ``back()`` and before ``step()``, the loss, then each parameter's value and
+    gradient in the optimizer's order; the message names the first non-finite one.
+    """
+
+    def on_before_step(self, trainer, loss):
+        where = f"at epoch {trainer.epoch}, batch {trainer.batch + 1}"
+        value = loss.item()
+        if not math.isfinite(value):
+            trainer.stop(f"StopOnNaN: the loss is {value} {where}; parameters not updated")
+            return
+        for position, p in enumerate(trainer.params):
+            for what, array in (("value", p._data), ("gradient", p._g)):
+                if array is not None and not bool(backend.array_module(array).isfinite(
+                        array).all()):
+                    label = f" '{p.name}'" if p.name else ""
+                    trainer.stop(f"StopOnNaN: the {what} of parameter {position}{label} of "
+                                 f"shape {p.shape} is not finite {where}; parameters not "
+                                 "updated")
+                    return
+
+
+class LRSchedule(Hook):
+    """Drive a learning-rate schedule: ``every="epoch"`` (after each epoch) or ``"step"``
+    (after each update). A ``ReduceOnPlateau`` gets ``logs[metric]`` (default ``val_loss``,
+    or ``loss`` without validation data) each epoch."""
+
+    def __init__(self, schedule, every="epoch", metric=None):
+        if every not in ("epoch", "step"):
+            raise ValueError(f"LRSchedule: every must be 'epoch' or 'step', got {every!r}")
+        if every == "step" and isinstance(schedule, ReduceOnPlateau):
+            raise ValueError("LRSchedule: ReduceOnPlateau steps once per epoch")
+        self.schedule, self.every, self.metric = schedule, every, metric
+
+    def on_batch_end(self, trainer, logs):
+        if self.every == "step":
+            self.schedule.step()
+
+    def on_epoch_end(self, trainer, logs):
+        if self.every != "epoch":
+            return
+        if isinstance(self.schedule, ReduceOnPlateau):
+            metric = self.metric or ("val_loss" if "val_loss" in logs else "loss")
+            self.schedule.step(_metric_value("LRSchedule", logs, metric))
+        else:
+            self.schedule.step()
+
+
+class PlotHistory(Hook):
+    """Plot the loss curves (and other metrics, in a second panel) at the end of fit.
+
+    ``path``: save the figure there (no window opens); None shows it with pyplot.
+    ``every_epoch=True`` redraws the file after each epoch. Needs ``matplotlib``.
+    """
+
+    def __init__(self, path=None, every_epoch=False):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ImportError("PlotHistory needs matplotlib: pip install matplotlib "
+                              "(or nnkit[examples])") from None
+        self.path, self.every_epoch = path, every_epoch
+
+    def on_epoch_end(self, trainer, logs):
+        if self.every_epoch and self.path is not None:
+            self.plot(trainer.history)
+
+    def on_fit_end(self, trainer):
+        if trainer.history:
+            self.plot(trainer.history)
+
+    def plot(self, history):
+        skip = {"epoch", "lr", "samples", "time"}
+        losses = [key for key in history if "loss" in key]
+        others = [key for key in history if key not in skip and key not in losses]
+        if self.path is None:
+            import matplotlib.pyplot as plt
+            figure = plt.figure(figsize=(10 if others else 5, 4))
+        else:
+            from matplotlib.figure import Figure
+            figure = Figure(figsize=(10 if others else 5, 4))
+        panels = [keys for keys in (losses, others) if keys]
+        for position, keys in enumerate(panels, start=1):
+            axes = figure.add_subplot(1, len(panels), position)
+            for key in keys:
+                axes.plot(history["epoch"][:len(history[key])], history[key], label=key)
+            axes.set_xlabel("epoch")
+            axes.legend()
+        figure.tight_layout()
+        if self.path is None:
+            import matplotlib.pyplot as plt
+            plt.show()
+        else:
+            figure.savefig(self.path)

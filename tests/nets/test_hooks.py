@@ -1,0 +1,132 @@
+"""The ready-made hooks: early stopping, saving the best model, stopping on NaN, learning-rate
+schedules, the progress bar and the loss plot."""
+import io
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+from tests.nets.test_trainer import _batches, _model, _problem
+
+
+def test_early_stopping_on_a_plateau():
+    x, y = _problem()
+    step, params = _model()
+    stopper = nn.EarlyStopping("val_loss", patience=3)
+    # lr = 0: the validation loss never improves after epoch 1
+    history = nn.Trainer(step, nn.GD(params, lr=0.0), hooks=[stopper]).fit(
+        _batches(x, y), epochs=20, val=_batches(x, y))
+    assert history["epoch"] == [1, 2, 3, 4]
+    assert stopper.best_epoch == 1
+    with pytest.raises(KeyError, match="no 'val_accuracy' in the epoch logs"):
+        nn.Trainer(step, nn.GD(params), hooks=[nn.EarlyStopping("val_accuracy")]).fit(
+            _batches(x, y), val=_batches(x, y))
+
+
+def test_early_stopping_max_mode_and_message(capsys):
+    trainer = nn.Trainer(lambda b: None, nn.GD([nn.NetVar([1.0])]))
+    stopper = nn.EarlyStopping("acc", patience=2, mode="max")
+    for epoch, acc in enumerate([0.5, 0.7, 0.7, 0.69], start=1):
+        trainer.epoch = epoch
+        stopper.on_epoch_end(trainer, {"acc": acc})
+    assert trainer.stop_reason == ("EarlyStopping: acc has not improved for 2 epochs "
+                                   "(best 0.7 at epoch 2)")
+    assert "EarlyStopping" in capsys.readouterr().err
+
+
+def test_save_best_keeps_the_best_epoch(tmp_path):
+    x, y = _problem()
+    step, params = _model()
+    path = str(tmp_path / "best.npz")
+    scores = iter([0.3, 0.1, 0.2, 0.05, 0.4])
+    snapshots = {}
+
+    class FakeMetric(nn.Hook):
+        def on_epoch_end(self, trainer, logs):
+            logs["score"] = next(scores)
+            snapshots[trainer.epoch] = [p.data.copy() for p in params]
+
+    saver = nn.SaveBest(path, metric="score", mode="min", optimizer=True, restore=True)
+    nn.Trainer(step, nn.Adam(params, lr=0.05), hooks=[FakeMetric(), saver]).fit(
+        _batches(x, y), epochs=5)
+    assert saver.best_epoch == 4
+    checkpoint = nn.load(path)
+    assert checkpoint.extra == {"epoch": 4, "score": 0.05}
+    for p, best in zip(params, snapshots[4]):       # restore=True put them back
+        np.testing.assert_array_equal(p.data, best)
+    np.testing.assert_array_equal(checkpoint.model["0"].data, snapshots[4][0])
+
+
+def test_stop_on_nan_names_the_loss_and_leaves_parameters(capsys):
+    x, y = _problem()
+    step, params = _model()
+    x = x.copy()
+    x[20] = np.nan                                   # the second batch
+    before = [p.data.copy() for p in params]
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.0), hooks=[nn.StopOnNaN()])
+    history = trainer.fit(_batches(x, y), epochs=3)
+    assert trainer.stop_reason == ("StopOnNaN: the loss is nan at epoch 1, batch 2; "
+                                   "parameters not updated")
+    assert "StopOnNaN" in capsys.readouterr().err
+    assert trainer.steps == 1 and "loss" not in history
+    for p, data in zip(params, before):
+        np.testing.assert_array_equal(p.data, data)
+        assert p._g is None
+
+
+def test_stop_on_nan_names_the_parameter_with_a_bad_gradient():
+    w = nn.NetVar(np.array([[0.0, 4.0]]), name="scale")
+
+    def step(batch):
+        return nn.Sum(nn.Pow(w, 0.5))                 # d√w/dw is inf at 0, √0 = 0 is finite
+
+    trainer = nn.Trainer(step, nn.GD([nn.NetVar([1.0]), w]), hooks=[nn.StopOnNaN()])
+    with np.errstate(divide="ignore"):
+        trainer.fit([None], epochs=1)
+    assert trainer.stop_reason.startswith("StopOnNaN: the gradient of parameter 1 'scale' of "
+                                          "shape (1, 2) is not finite at epoch 1, batch 1")
+    np.testing.assert_array_equal(w.data, [[0.0, 4.0]])
+
+
+def test_lr_schedule_per_epoch_per_step_and_on_plateau():
+    x, y = _problem()
+    step, params = _model()
+    opt = nn.GD(params, lr=1.0)
+    history = nn.Trainer(step, opt, hooks=[nn.LRSchedule(nn.StepLR(opt, 1, gamma=0.5))]).fit(
+        _batches(x, y), epochs=3)
+    assert history["lr"] == [1.0, 0.5, 0.25] and opt.lr == 0.125
+    opt = nn.GD(params, lr=1.0)
+    nn.Trainer(step, opt, hooks=[nn.LRSchedule(nn.ExponentialLR(opt, 0.5), every="step")]).fit(
+        _batches(x, y), epochs=1)
+    assert opt.lr == 0.5 ** 4
+    opt = nn.GD(params, lr=0.0)
+    plateau = nn.ReduceOnPlateau(opt, patience=0)
+    opt.lr = plateau.base = 1e-9
+    nn.Trainer(step, opt, hooks=[nn.LRSchedule(plateau)]).fit(
+        _batches(x, y), epochs=3, val=_batches(x, y))
+    assert plateau.monitor.best is not None and plateau.t == 3
+
+
+def test_progress_bar_prints_one_line_per_epoch():
+    pytest.importorskip("tqdm")
+    x, y = _problem()
+    step, params = _model()
+    out = io.StringIO()
+    nn.Trainer(step, nn.GD(params), hooks=[nn.ProgressBar(file=out)]).fit(
+        _batches(x, y), epochs=2, val=_batches(x, y))
+    text = out.getvalue()
+    finals = [line.split("\r")[-1] for line in text.strip().split("\n")]
+    assert len(finals) == 2
+    assert finals[0].startswith("epoch 1/2") and finals[1].startswith("epoch 2/2")
+    assert "4/4" in finals[1] and "val_loss=" in finals[1] and "samples/s" in finals[1]
+
+
+def test_plot_history_saves_a_figure(tmp_path):
+    pytest.importorskip("matplotlib")
+    x, y = _problem()
+    step, params = _model()
+    path = tmp_path / "curves.png"
+    nn.Trainer(step, nn.GD(params), hooks=[nn.PlotHistory(str(path))],
+               metrics={"accuracy": nn.Accuracy()}).fit(_batches(x, y), epochs=2,
+                                                        val=_batches(x, y))
+    assert path.read_bytes()[:4] == b"\x89PNG"
