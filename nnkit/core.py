@@ -189,6 +189,16 @@ def _to_array(data, dtype, owner="NetVar"):
     return array
 
 
+def preview(array, threshold=6, precision=4, one_line=True):
+    """A text picture of an array: all of it when small, its corners otherwise."""
+    if array is None:
+        return "-"
+    text = numpy.array2string(numpy.asarray(backend.to_cpu(array)), precision=precision,
+                              threshold=threshold, edgeitems=2, separator=", ",
+                              suppress_small=True)
+    return " ".join(text.split()) if one_line else text
+
+
 def _init_leaf(node, data, requires_grad, name):
     node._data = data
     node._g = None
@@ -417,11 +427,8 @@ class NetVar:
         if not self._parents and type(self) is NetVar:
             kind = "NetVar" if self.requires_grad else "NetVar(constant)"
         name = f" '{self.name}'" if self.name else ""
-        preview = numpy.array2string(numpy.asarray(backend.to_cpu(self._data)), precision=4,
-                                     threshold=8, edgeitems=2, separator=", ")
-        preview = " ".join(preview.split())
         return (f"<{kind}{name} shape={tuple(self._data.shape)} dtype={self._data.dtype} "
-                f"requires_grad={self.requires_grad} data={preview}>")
+                f"requires_grad={self.requires_grad} data={preview(self._data, threshold=8)}>")
 
     def __bool__(self):
         raise TypeError(f"the truth value of {self._describe()} is ambiguous; "

@@ -7,9 +7,7 @@ sequence of graph pictures (``trace.frames()``, the backward pass one step at a 
 """
 import html
 
-import numpy
-
-from . import backend
+from .core import preview
 
 __all__ = ['Trace', 'TraceStep', 'trace_back']
 
@@ -20,16 +18,6 @@ def local_rule(op_class):
     lines = [line.strip() for line in doc[1:] if line.strip()]
     formulas = [line for line in lines if "=" in line]
     return "\n".join(formulas or lines) or "(no formula documented)"
-
-
-def preview(array, threshold=6, precision=4, one_line=True):
-    """A text picture of an array: all of it when small, its corners otherwise."""
-    if array is None:
-        return "-"
-    text = numpy.array2string(numpy.asarray(backend.to_cpu(array)), precision=precision,
-                              threshold=threshold, edgeitems=2, separator=", ",
-                              suppress_small=True)
-    return " ".join(text.split()) if one_line else text
 
 
 def describe(node):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from nnkit import core, instrument
+from nnkit import instrument
 
 
 def _graph():
