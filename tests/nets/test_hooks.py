@@ -1,6 +1,7 @@
 """The ready-made hooks: early stopping, saving the best model, stopping on NaN, learning-rate
 schedules, the progress bar and the loss plot."""
 import io
+import struct
 
 import numpy as np
 import pytest
@@ -102,9 +103,15 @@ def test_lr_schedule_per_epoch_per_step_and_on_plateau():
     opt = nn.GD(params, lr=0.0)
     plateau = nn.ReduceOnPlateau(opt, patience=0)
     opt.lr = plateau.base = 1e-9
-    nn.Trainer(step, opt, hooks=[nn.LRSchedule(plateau)]).fit(
+    history = nn.Trainer(step, opt, hooks=[nn.LRSchedule(plateau)]).fit(
         _batches(x, y), epochs=3, val=_batches(x, y))
     assert plateau.monitor.best is not None and plateau.t == 3
+    assert plateau.monitor.best == min(history["val_loss"])     # fed val_loss, not loss
+    opt = nn.GD(params, lr=1.0)
+    plateau = nn.ReduceOnPlateau(opt, patience=0, min_delta=1.0)   # only epoch 1 improves
+    history = nn.Trainer(step, opt, hooks=[nn.LRSchedule(plateau)]).fit(
+        _batches(x, y), epochs=3, val=_batches(x, y))
+    assert history["lr"] == pytest.approx([1.0, 1.0, 0.1]) and opt.lr == pytest.approx(0.01)
 
 
 def test_progress_bar_prints_one_line_per_epoch():
@@ -130,3 +137,5 @@ def test_plot_history_saves_a_figure(tmp_path):
                metrics={"accuracy": nn.Accuracy()}).fit(_batches(x, y), epochs=2,
                                                         val=_batches(x, y))
     assert path.read_bytes()[:4] == b"\x89PNG"
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])
+    assert (width, height) == (1000, 400)       # two panels: the losses, then the accuracies
