@@ -64,8 +64,9 @@ def test_fused_equals_unrolled_cells(kind, rng):
 
 
 @pytest.mark.parametrize("kind", ["rnn-tanh", "lstm", "gru"])
-def test_cells_gradcheck(kind, rng):
-    x, h, c = var64(rng, 2, F), var64(rng, 2, H), var64(rng, 2, H)
+@pytest.mark.parametrize("state_rows", [2, 1])        # 1: one state broadcast over the rows
+def test_cells_gradcheck(kind, state_rows, rng):
+    x, h, c = var64(rng, 2, F), var64(rng, state_rows, H), var64(rng, state_rows, H)
     W, R, b = params(rng, kind)
     if kind == "lstm":
         assert nn.gradcheck(lambda *a: nn.LSTMCell(*a)[0] + nn.LSTMCell(*a)[1] * 2,
@@ -116,3 +117,13 @@ def test_cell_bad_input_errors_name_cell_argument_and_shapes(rng):
         nn.LSTMCell(x, h, var64(rng, 3, H), Wl, Rl, bl)
     h_new, c_new = nn.LSTMCell(x, var64(rng, 1, H), var64(rng, 1, H), Wl, Rl, bl)
     assert h_new.shape == c_new.shape == (2, H)      # (1, H) states are shared by every row
+
+
+def test_graph_drawing_marks_fused_ops_only(rng):
+    x, h = var64(rng, 2, F), var64(rng, 2, H)
+    W, R, b = params(rng, "lstm")
+    h_new, c_new = nn.LSTMCell(x, h, h, W, R, b)
+    cell = nn.draw((h_new + c_new).sum()).source
+    assert "box3d" not in cell and "T=" not in cell          # a cell is ordinary ops
+    layer = nn.draw(nn.LSTM(var64(rng, T, B, F), W, R, b).final.sum()).source
+    assert layer.count("box3d") == 1 and "LSTM  T=5" in layer
