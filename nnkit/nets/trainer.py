@@ -54,7 +54,9 @@ class Trainer:
         self.step_fn = step_fn
         self.optimizer = optimizer
         hooks = list(hooks)
-        self.history = next((h for h in hooks if isinstance(h, History)), None) or History()
+        self.history = next((h for h in hooks if isinstance(h, History)), None)
+        if self.history is None:      # (not ``or``: an empty History is a falsy dict)
+            self.history = History()
         self.hooks = [self.history] + [h for h in hooks if h is not self.history]
         self.metrics = dict(metrics or {})
         self._val_metrics = {name: copy.deepcopy(m) for name, m in self.metrics.items()}

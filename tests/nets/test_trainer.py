@@ -48,6 +48,22 @@ def test_epoch_logs_equal_full_data_values_and_history():
     assert trainer.steps == 8 and history["lr"] == [0.0, 0.0]
 
 
+def test_a_history_given_as_a_hook_is_the_trainers_and_runs_first():
+    x, y = _problem()
+    step, params = _model()
+    seen = []
+
+    class Watcher(nn.Hook):
+        def on_epoch_end(self, trainer, logs):
+            seen.append(list(history["epoch"]))
+
+    history = nn.History()
+    trainer = nn.Trainer(step, nn.GD(params), hooks=[Watcher(), history])
+    assert trainer.history is history and trainer.hooks[0] is history
+    assert trainer.fit(_batches(x, y), epochs=2) is history
+    assert history["epoch"] == [1, 2] and seen == [[1], [1, 2]]
+
+
 def test_training_reduces_the_loss_and_callable_batches_reshuffle():
     x, y = _problem()
     step, params = _model()
