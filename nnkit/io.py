@@ -116,10 +116,10 @@ def _plain(value):
 def _named_params(model, caller):
     """name -> NetVar for an FFN, a dict or a list of parameters."""
     if isinstance(model, FFN):
-        named = {}
+        named, trainable = {}, {id(p) for p in model.vars}
         for position, entry in enumerate(model.topology):
             for argument, value in enumerate(entry[1:], start=1):
-                if any(value is p for p in model.vars):
+                if id(value) in trainable:
                     named.setdefault(f"{position}.{_op_name(entry[0], position)}.{argument}",
                                      value)
         return named
