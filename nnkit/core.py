@@ -295,22 +295,38 @@ class NetVar:
         """
         if not self.requires_grad:
             return
-        if self._g is not None and not self._gshared:
+        mine = self._g
+        if mine is None:          # the first contribution: kept, not copied (it may be shared)
+            if g.shape != self._data.shape:
+                g = unbroadcast(g, self._data.shape)
+            self._g = g
+            self._gshared = True
+        elif self._gshared:       # the second: a new array, which this node owns
+            self._g = mine + unbroadcast(g, self._data.shape)
+            self._gshared = False
+        else:
             # Later contributions go in place into the array this node owns. NumPy raises for a
             # g that must be summed first, so the common case pays for no shape comparison.
             try:
-                self._g += g
+                mine += g
             except ValueError:
-                self._g += unbroadcast(g, self._data.shape)
-            return
-        if g.shape != self._data.shape:
-            g = unbroadcast(g, self._data.shape)
-        if self._g is None:       # the first contribution: kept, not copied (it may be shared)
+                mine += unbroadcast(g, self._data.shape)
+
+    def _accumulate_elementwise(self, g):
+        """``accumulate(g)`` for the gradient an elementwise one-input op passes its input.
+
+        Such a g has this node's shape by construction, and the node needs a gradient (the op
+        recorded it as its parent), so both tests are skipped: ~0.1 µs of a tiny op's backward.
+        """
+        mine = self._g
+        if mine is None:
             self._g = g
             self._gshared = True
-        else:                     # the second: a new array, which this node owns
-            self._g = self._g + g
+        elif self._gshared:
+            self._g = mine + g
             self._gshared = False
+        else:
+            mine += g
 
     def reset(self):
         """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
@@ -351,7 +367,15 @@ class NetVar:
             if node._g is not None:
                 if node._pversion < stamp:
                     _check_versions(node)
-                node._back(*node._parents)
+                parents = node._parents
+                # `_back(*parents)` as a call with a fixed argument list when it has one or two
+                # parents (almost every op): Python runs such a call ~50 ns faster.
+                if len(parents) == 2:
+                    node._back(parents[0], parents[1])
+                elif len(parents) == 1:
+                    node._back(parents[0])
+                else:
+                    node._back(*parents)
         return None
 
     # -- conveniences
@@ -473,6 +497,36 @@ class NetOp(NetVar):
 
     def _back(self, *parents):
         """Add each parent's gradient contribution. The base class has nothing to add."""
+
+
+def _link(node, data, a, b=None):
+    """``NetOp.__init__`` for the built-in one- and two-input ops; returns ``node``.
+
+    The same bookkeeping with a fixed argument list and no ``super()``: Python then runs the
+    call inside the caller's frame (a ``*parents`` call is not inlined), which is a tenth of a
+    tiny op's cost. The operators + − × ÷ build their node with ``object.__new__`` and this,
+    skipping the constructor's frames altogether.
+    """
+    if type(data) is not _ndarray:
+        data = _as_op_array(data)
+    node._data = data
+    node._g = None
+    node._gshared = False
+    node._index = next(_counter)
+    node._version = 0
+    node.name = None
+    if (a.requires_grad or (b is not None and b.requires_grad)) and (
+            not _grad_off or _state.grad):
+        node.requires_grad = True
+        node._parents = (a,) if b is None else (a, b)
+        node._pversion = _edits
+    else:
+        node.requires_grad = False
+        node._parents = ()
+    if _anomaly:
+        from .instrument import check_forward
+        check_forward(node, (a,) if b is None else (a, b))
+    return node
 
 
 def _as_op_array(data):

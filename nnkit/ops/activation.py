@@ -7,8 +7,12 @@ __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax
            'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
 import math
 
+import numpy
+
 from .. import backend
-from ..core import NetOp, NetVar
+from ..core import NetOp, NetVar, _link
+
+_ndarray = numpy.ndarray
 
 
 def _finite_number(op, name, value):
@@ -96,13 +100,15 @@ class Tanh(NetOp):
     __slots__ = ()
 
     def __init__(self, x):
-        NetOp.__init__(self, backend.array_module(x._data).tanh(x._data), x)   # no super(): hot
+        d = x._data
+        # the hottest activation: no super() and no array_module() call for NumPy data
+        _link(self, numpy.tanh(d) if type(d) is _ndarray else backend.array_module(d).tanh(d), x)
 
     def _back(self, x):
         # g − g·y·y: three array-array operations; `1 − y²` would make NumPy convert a
         # Python scalar, the slowest part of a tiny op's backward.
         g, y = self._g, self._data
-        x.accumulate(g - g * y * y)
+        x._accumulate_elementwise(g - g * y * y)
 
 
 class SoftMax(NetOp):
