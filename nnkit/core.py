@@ -207,7 +207,7 @@ def _init_leaf(node, data, requires_grad, name):
     node._parents = ()
     node._index = next(_counter)
     node._version = 0
-    node.name = name
+    node._name = name
 
 
 def constant(value, like=None):
@@ -238,8 +238,12 @@ class NetVar:
     ``nnkit.dtype`` unless ``dtype=`` says otherwise (``dtype=int`` for class labels, which then
     need no gradient). ``requires_grad=False`` marks constants such as inputs and targets.
     """
+    # An op node sets only what every node needs (_data, _g, requires_grad, _parents, _index,
+    # _pversion): each slot written costs a tiny op ~8 ns. _name and _version are set on leaves
+    # and on nodes named or edited later, and read with a default; _gshared is set together with
+    # a gradient, and read only when there is one.
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
-                 "_version", "_pversion", "name", "_fingerprint", "__weakref__")
+                 "_version", "_pversion", "_name", "_fingerprint", "__weakref__")
     __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
 
     def __init__(self, data, requires_grad=True, dtype=None, name=None):
@@ -260,6 +264,15 @@ class NetVar:
             value = backend.array_module(self._data).asarray(value, dtype=self._data.dtype)
         self._data = value
         self.mark_edited()
+
+    @property
+    def name(self):
+        """An optional label, shown in errors, reprs, traces and graph drawings."""
+        return getattr(self, "_name", None)
+
+    @name.setter
+    def name(self, value):
+        self._name = value
 
     def mark_edited(self):
         """Record that ``data`` changed in place (optimizers call this after an update).
@@ -478,10 +491,7 @@ class NetOp(NetVar):
             data = _as_op_array(data)
         self._data = data
         self._g = None
-        self._gshared = False
         self._index = next(_counter)
-        self._version = 0
-        self.name = None
         for parent in parents:
             if parent.requires_grad and (not _grad_off or _state.grad):
                 self.requires_grad = True
@@ -511,10 +521,7 @@ def _link(node, data, a, b=None):
         data = _as_op_array(data)
     node._data = data
     node._g = None
-    node._gshared = False
     node._index = next(_counter)
-    node._version = 0
-    node.name = None
     if (a.requires_grad or (b is not None and b.requires_grad)) and (
             not _grad_off or _state.grad):
         node.requires_grad = True
@@ -568,7 +575,7 @@ _creation_index = operator.attrgetter("_index")     # a C-level sort key: no Pyt
 
 def _check_versions(node):
     for position, parent in enumerate(node._parents):
-        if parent._version > node._pversion:
+        if getattr(parent, "_version", 0) > node._pversion:    # op nodes: unset until edited
             raise InplaceEditError(
                 f"back(): the data of input {position} of {node._describe()} "
                 f"({parent._describe()}) was changed after the op used it, so its gradient "

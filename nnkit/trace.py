@@ -143,7 +143,7 @@ def trace_back(root, g=None):
     the gradients of a previous ``back()`` stay in place, so pictures can be drawn at any time.
     """
     nodes = _reachable(root)
-    saved = [(node, node._g, node._gshared) for node in nodes]
+    saved = [(node, node._g, node._g is not None and node._gshared) for node in nodes]
     for node in nodes:
         node._g = None
     try:

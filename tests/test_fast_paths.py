@@ -16,7 +16,7 @@ from nnkit import core
 
 OPERATORS = [(operator.add, nn.Add), (operator.sub, nn.Sub), (operator.mul, nn.Mul),
              (operator.truediv, nn.Div)]
-NODE_SLOTS = ("requires_grad", "_g", "_gshared", "_version", "name")
+NODE_SLOTS = ("requires_grad", "_g", "_pversion", "name")
 
 
 def _rows(seed, *shapes):
@@ -33,7 +33,7 @@ def test_operator_node_equals_constructor_node(function, op, needs):
     assert type(fast) is op
     np.testing.assert_array_equal(fast.data, slow.data)
     for slot in NODE_SLOTS:
-        assert getattr(fast, slot) == getattr(slow, slot), slot
+        assert getattr(fast, slot, None) == getattr(slow, slot, None), slot
     assert fast.parents == ((a, b) if any(needs) else ())
     assert fast.index == slow.index - 1          # numbered in creation order like any node
 
@@ -138,3 +138,20 @@ def test_link_counts_as_an_op_for_graph_collection():
     nodes = core._reverse_topological(h)
     assert len(nodes) == 100
     assert [n.index for n in nodes] == sorted((n.index for n in nodes), reverse=True)
+
+
+def test_an_op_node_edited_after_use_is_caught_though_it_starts_without_a_version():
+    a = nn.NetVar(np.ones((1, 3)))
+    h = a * a                                    # an op node: no _version until edited
+    y = nn.Tanh(h)
+    h.data = h.data * 2
+    with pytest.raises(nn.InplaceEditError, match="input 0 of Tanh"):
+        y.back()
+
+
+def test_op_nodes_are_unnamed_until_named():
+    a = nn.NetVar(np.ones((1, 3)), name="a")
+    h = a + a
+    assert a.name == "a" and h.name is None
+    h.name = "sum"
+    assert h.name == "sum" and "'sum'" in repr(h)
