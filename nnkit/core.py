@@ -306,8 +306,15 @@ class NetVar:
         contribution is kept as it is (no copy); later ones are added. Does nothing for nodes
         that need no gradient.
         """
-        if not self.requires_grad:
-            return
+        if self.requires_grad:
+            self._accumulate(g)
+
+    def _accumulate(self, g):
+        """``accumulate(g)`` for a caller that has tested ``requires_grad`` itself.
+
+        The built-in ops test it before computing a parent's gradient at all (a constant costs
+        them no array), so the test here would be a second one on the hottest path.
+        """
         mine = self._g
         if mine is None:          # the first contribution: kept, not copied (it may be shared)
             if g.shape != self._data.shape:
@@ -326,7 +333,7 @@ class NetVar:
                 mine += unbroadcast(g, self._data.shape)
 
     def _accumulate_elementwise(self, g):
-        """``accumulate(g)`` for the gradient an elementwise one-input op passes its input.
+        """``_accumulate(g)`` for the gradient an elementwise one-input op passes its input.
 
         Such a g has this node's shape by construction, and the node needs a gradient (the op
         recorded it as its parent), so both tests are skipped: ~0.1 µs of a tiny op's backward.

@@ -1,6 +1,8 @@
 """Activations: elementwise nonlinearities and the row-wise softmax.
 
 Notation: input x, output y, upstream gradient g; [c] is 1 where c holds, else 0.
+Each dx has x's shape and x needs it (the op's only input), so it goes in with
+``_accumulate_elementwise``, which tests neither.
 """
 
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
@@ -53,7 +55,7 @@ class ReLU(NetOp):
         super().__init__(xp.maximum(x._data, 0), x)
 
     def _back(self, x):
-        x.accumulate(self._g * (x._data > 0))
+        x._accumulate_elementwise(self._g * (x._data > 0))
 
 
 class LReLU(NetOp):
@@ -72,7 +74,7 @@ class LReLU(NetOp):
     def _back(self, x):
         xp = backend.array_module(x._data)
         g = self._g
-        x.accumulate(xp.where(x._data > 0, g, g * self.s))
+        x._accumulate_elementwise(xp.where(x._data > 0, g, g * self.s))
 
 
 class Sigmoid(NetOp):
@@ -88,7 +90,8 @@ class Sigmoid(NetOp):
 
     def _back(self, x):
         gy = self._g * self._data
-        x.accumulate(gy - gy * self._data)      # g·y − g·y²: no Python-scalar operand (slow)
+        # g·y − g·y²: no Python-scalar operand (slow)
+        x._accumulate_elementwise(gy - gy * self._data)
 
 
 class Tanh(NetOp):
@@ -127,7 +130,7 @@ class SoftMax(NetOp):
     def _back(self, x):
         y = self._data
         g = self._g
-        x.accumulate(y * (g - (g * y).sum(axis=-1, keepdims=True)))
+        x._accumulate_elementwise(y * (g - (g * y).sum(axis=-1, keepdims=True)))
 
 
 Softmax = SoftMax
@@ -153,7 +156,7 @@ class LogSoftmax(NetOp):
     def _back(self, x):
         xp = backend.array_module(self._data)
         g = self._g
-        x.accumulate(g - xp.exp(self._data) * g.sum(axis=-1, keepdims=True))
+        x._accumulate_elementwise(g - xp.exp(self._data) * g.sum(axis=-1, keepdims=True))
 
 
 class ELU(NetOp):
@@ -173,7 +176,7 @@ class ELU(NetOp):
     def _back(self, x):
         xp = backend.array_module(x._data)
         g = self._g
-        x.accumulate(xp.where(x._data > 0, g * self.scale,
+        x._accumulate_elementwise(xp.where(x._data > 0, g * self.scale,
                               g * (self._data + self.scale * self.alpha)))
 
 
@@ -201,7 +204,7 @@ class Softplus(NetOp):
         super().__init__(xp.maximum(x._data, 0) + xp.log1p(xp.exp(-xp.abs(x._data))), x)
 
     def _back(self, x):
-        x.accumulate(self._g * sigmoid(x._data, backend.array_module(x._data)))
+        x._accumulate_elementwise(self._g * sigmoid(x._data, backend.array_module(x._data)))
 
 
 class GELU(NetOp):
@@ -223,7 +226,7 @@ class GELU(NetOp):
     def _back(self, x):
         xd, t = x._data, self.t
         du = self.c * (1 + 3 * self.k * xd * xd)
-        x.accumulate(self._g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * du))
+        x._accumulate_elementwise(self._g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * du))
 
 
 class SiLU(NetOp):
@@ -239,7 +242,7 @@ class SiLU(NetOp):
 
     def _back(self, x):
         s = self.s
-        x.accumulate(self._g * (s * (1 + x._data * (1 - s))))
+        x._accumulate_elementwise(self._g * (s * (1 + x._data * (1 - s))))
 
 
 Swish = SiLU
@@ -260,7 +263,7 @@ class HardTanh(NetOp):
 
     def _back(self, x):
         xd = x._data
-        x.accumulate(self._g * ((xd > self.lo) & (xd < self.hi)))
+        x._accumulate_elementwise(self._g * ((xd > self.lo) & (xd < self.hi)))
 
 
 NetVar.log_softmax = lambda x: LogSoftmax(x)

@@ -8,7 +8,9 @@ The four elementwise ops compute directly when both operands are nodes (no helpe
 The hot op classes declare ``__slots__`` (empty, or their one constant): a node then carries no
 ``__dict__``, which makes it smaller and ~60 ns faster to build.
 A ``_back`` tests ``requires_grad`` before computing or passing a parent's gradient: constants
-(a bias-free operand, a scalar) then cost no call and no array at all.
+(a bias-free operand, a scalar) then cost no call and no array at all, and the gradient goes in
+with ``_accumulate``, which does not test it again. The one-input ops (−x, powers, exp, log)
+use ``_accumulate_elementwise``: their input needs the gradient and has its shape.
 Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient g.
 """
 
@@ -75,14 +77,14 @@ class Multiply(NetOp):
         g = self._g
         xd, wd = x._data, w._data
         if x.requires_grad:
-            x.accumulate(g @ (wd.T if wd.ndim == 2 else wd.swapaxes(-1, -2)))
+            x._accumulate(g @ (wd.T if wd.ndim == 2 else wd.swapaxes(-1, -2)))
         if w.requires_grad:
             if xd.ndim == 2:
-                w.accumulate(xd.T @ g)
+                w._accumulate(xd.T @ g)
             elif wd.ndim == 2:      # (..., B, F) @ (F, H): sum over every leading axis at once
-                w.accumulate(xd.reshape(-1, xd.shape[-1]).T @ g.reshape(-1, g.shape[-1]))
+                w._accumulate(xd.reshape(-1, xd.shape[-1]).T @ g.reshape(-1, g.shape[-1]))
             else:
-                w.accumulate(xd.swapaxes(-1, -2) @ g)
+                w._accumulate(xd.swapaxes(-1, -2) @ g)
 
 
 class Add(NetOp):
@@ -101,10 +103,11 @@ class Add(NetOp):
         _link(self, y, a, b)
 
     def _back(self, a, b):
+        g = self._g
         if a.requires_grad:
-            a.accumulate(self._g)
+            a._accumulate(g)
         if b.requires_grad:
-            b.accumulate(self._g)
+            b._accumulate(g)
 
 
 class Sub(NetOp):
@@ -124,9 +127,9 @@ class Sub(NetOp):
 
     def _back(self, a, b):
         if a.requires_grad:
-            a.accumulate(self._g)
+            a._accumulate(self._g)
         if b.requires_grad:
-            b.accumulate(-self._g)
+            b._accumulate(-self._g)
 
 
 class Mul(NetOp):
@@ -147,9 +150,9 @@ class Mul(NetOp):
     def _back(self, a, b):
         g = self._g
         if a.requires_grad:
-            a.accumulate(g * b._data)
+            a._accumulate(g * b._data)
         if b.requires_grad:
-            b.accumulate(g * a._data)
+            b._accumulate(g * a._data)
 
 
 class Div(NetOp):
@@ -170,9 +173,9 @@ class Div(NetOp):
     def _back(self, a, b):
         g_over_b = self._g / b._data
         if a.requires_grad:
-            a.accumulate(g_over_b)
+            a._accumulate(g_over_b)
         if b.requires_grad:
-            b.accumulate(-g_over_b * self._data)
+            b._accumulate(-g_over_b * self._data)
 
 
 class Neg(NetOp):
@@ -187,7 +190,7 @@ class Neg(NetOp):
         _link(self, -x._data, x)
 
     def _back(self, x):
-        x.accumulate(-self._g)
+        x._accumulate_elementwise(-self._g)
 
 
 class Pow(NetOp):
@@ -212,9 +215,9 @@ class Pow(NetOp):
     def _back(self, x):
         p = self.p
         if p == 2.0:
-            x.accumulate(self._g * (2 * x._data))
+            x._accumulate_elementwise(self._g * (2 * x._data))
         else:
-            x.accumulate(self._g * (p * x._data ** (p - 1)))
+            x._accumulate_elementwise(self._g * (p * x._data ** (p - 1)))
 
 
 class Exp(NetOp):
@@ -229,7 +232,7 @@ class Exp(NetOp):
         _link(self, backend.array_module(x._data).exp(x._data), x)
 
     def _back(self, x):
-        x.accumulate(self._g * self._data)
+        x._accumulate_elementwise(self._g * self._data)
 
 
 class Log(NetOp):
@@ -244,7 +247,7 @@ class Log(NetOp):
         _link(self, backend.array_module(x._data).log(x._data), x)
 
     def _back(self, x):
-        x.accumulate(self._g / x._data)
+        x._accumulate_elementwise(self._g / x._data)
 
 
 def _operator(cls, function):
