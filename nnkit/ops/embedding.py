@@ -13,24 +13,28 @@ class Embedding(NetOp):
 
     y[i…] = table[indices[i…]]            (y has shape indices.shape + (D,))
     dtable = zeros, then dtable[indices[i…]] += g[i…]   (scatter-add: a token that appears k
-             times gets the sum of its k gradients)
+             times gets the sum of its k gradients), then dtable[padding_idx] = 0
     indices: an integer array, list or NetVar (e.g. ``NetVar(tokens, dtype=int)``, which is
     a (1, n) row for 1-D tokens); every index must lie in [0, V). Host (NumPy) indices are
     checked before they move to the table's device; indices already on the GPU are not (that
     would read them back to the host at every call), so check them where they are made.
+    padding_idx: None, or the row (an integer in [−V, V), negative counting from the end, as
+    PyTorch's ``embedding``) whose lookups read the row as it is but never train it: its dtable
+    row stays 0. ``self.padding_idx`` holds it in [0, V).
     """
 
-    def __init__(self, indices, table):
+    def __init__(self, indices, table, padding_idx=None):
         td = table._data
         if td.ndim != 2:
             raise ValueError(f"Embedding: table must be (V, D), got shape {tuple(td.shape)}")
+        V = td.shape[0]
+        self.padding_idx = None if padding_idx is None else _padding_row(padding_idx, V)
         idx = indices._data if isinstance(indices, NetVar) else indices
         if not hasattr(idx, "__cuda_array_interface__"):
             idx = numpy.asarray(idx)
         if idx.dtype.kind not in "iu":
             raise TypeError(f"Embedding: indices must have an integer dtype, got {idx.dtype} "
                             "(e.g. NetVar(tokens, dtype=int))")
-        V = td.shape[0]
         if isinstance(idx, numpy.ndarray) and idx.size and (idx.min() < 0 or idx.max() >= V):
             bad = idx.min() if idx.min() < 0 else idx.max()
             raise ValueError(f"Embedding: index {bad} is out of range for a table of {V} rows "
@@ -43,4 +47,18 @@ class Embedding(NetOp):
         D = table._data.shape[1]
         dtable = xp.zeros_like(table._data)
         scatter_add(dtable, self.idx.reshape(-1), self._g.reshape(-1, D))
+        if self.padding_idx is not None:
+            dtable[self.padding_idx] = 0
         table.accumulate(dtable)
+
+
+def _padding_row(padding_idx, V):
+    """padding_idx checked against a table of V rows and brought into [0, V)."""
+    if isinstance(padding_idx, (bool, numpy.bool_)) or not isinstance(padding_idx,
+                                                                      (int, numpy.integer)):
+        raise TypeError(f"Embedding: padding_idx must be an integer in [{-V}, {V}) for a table "
+                        f"of {V} rows, got {padding_idx!r}")
+    if not -V <= padding_idx < V:
+        raise ValueError(f"Embedding: padding_idx {padding_idx} is out of range [{-V}, {V}) for "
+                         f"a table of {V} rows")
+    return int(padding_idx) % V

@@ -46,3 +46,64 @@ def test_embedding_errors(rng):
         nn.Embedding(np.array([0.0, 1.0]), table)
     with pytest.raises(ValueError, match=r"Embedding: table must be \(V, D\)"):
         nn.Embedding(np.array([0]), var64(rng, 2, 2, 2))
+
+
+@pytest.mark.parametrize("padding_idx, indices", [
+    (2, [[2, 0, 2], [4, 2, 1]]),          # the padding row picked several times
+    (-1, [[4, 0], [4, 3]]),               # negative: row V − 1
+    (-5, [0, 1, 0]),                      # −V: row 0
+    (3, [0, 1, 2, 4]),                    # the padding row never picked
+])
+def test_embedding_padding_idx_gradcheck(padding_idx, indices, rng):
+    table = var64(rng, 5, 3)
+    indices = np.array(indices)
+    y = nn.Embedding(indices, table, padding_idx=padding_idx)
+    np.testing.assert_array_equal(y.data, table.data[indices])      # forward unchanged
+    assert y.padding_idx == padding_idx % 5
+    # The padding row's zero gradient is a choice, not its derivative: finite differences see
+    # it through the lookups. So the table is fed as t·keep + frozen, whose padding row is a
+    # constant copy (same values), and every row of t is then checked, the padding row at 0.
+    keep = np.ones((5, 1))
+    keep[padding_idx] = 0
+    frozen = nn.constant(table.data * (1 - keep))
+    nn.gradcheck(lambda t: nn.Embedding(indices, t * keep + frozen, padding_idx=padding_idx),
+                 table)
+
+
+def test_embedding_padding_row_gets_exactly_zero_gradient(rng):
+    table = var64(rng, 4, 3)
+    tokens = nn.NetVar([[0, 3, 0], [1, 0, 3]], dtype=int)
+    y = nn.Embedding(tokens, table, padding_idx=np.int64(0))
+    y.back(rng.standard_normal(y.shape) + 1.0)
+    assert np.all(table.g[0] == 0.0)
+    assert np.all(table.g[[1, 3]] != 0.0)        # the other picked rows do train
+    assert np.all(table.g[2] == 0.0)             # never picked
+    unpadded = var64(rng, 4, 3)
+    seed = np.ones(y.shape)
+    nn.Embedding(tokens, unpadded).back(seed)
+    assert np.all(unpadded.g[0] == 3.0)          # without padding_idx row 0 sums its 3 picks
+
+
+@pytest.mark.parametrize("padding_idx", [0, 3, -1, -7])
+def test_embedding_padding_idx_matches_pytorch(padding_idx, torch, rng):
+    import torch.nn.functional as F
+    table = rng.standard_normal((7, 4))
+    tokens = rng.integers(0, 7, size=(3, 5))
+    tokens[0, :3] = padding_idx % 7
+    assert_matches_pytorch(torch, lambda t: nn.Embedding(tokens, t, padding_idx=padding_idx),
+                           lambda t: F.embedding(torch.tensor(tokens), t, padding_idx=padding_idx),
+                           table, rng=rng, rtol=1e-12)
+
+
+def test_embedding_padding_idx_errors(rng):
+    table = var64(rng, 5, 2)
+    indices = np.array([0, 1])
+    with pytest.raises(ValueError, match=r"Embedding: padding_idx 5 is out of range \[-5, 5\) "
+                                         r"for a table of 5 rows"):
+        nn.Embedding(indices, table, padding_idx=5)
+    with pytest.raises(ValueError, match=r"Embedding: padding_idx -6 is out of range \[-5, 5\)"):
+        nn.Embedding(indices, table, padding_idx=-6)
+    for bad in (1.0, True, "0", np.array([1])):
+        with pytest.raises(TypeError, match=r"Embedding: padding_idx must be an integer in "
+                                            r"\[-5, 5\) for a table of 5 rows, got"):
+            nn.Embedding(indices, table, padding_idx=bad)
