@@ -243,31 +243,45 @@ class NLLLoss(Loss):
 class KLDivLoss(Loss):
     """Kullback-Leibler divergence KL(p ‖ q) from log-probabilities x = ln q to probabilities p.
 
-    Equal to PyTorch's ``kl_div(x, p, reduction=...)``; the terms with p = 0 count as 0.
+    Equal to PyTorch's ``kl_div(x, p, reduction=..., log_target=...)``.
+    log_target=False (p given as probabilities; the terms with p = 0 count as 0):
     y = Σ p · (ln p − x) / D,   D = x.shape[0] ("batchmean", the default: the KL per sample),
         the number of elements ("mean") or 1 ("sum")
     dx = −g · p / D,  dp = g · (ln p + 1 − x) / D  (0 where p = 0)
+    log_target=True (the target given as log-probabilities lp = ln p):
+    y = Σ exp(lp) · (lp − x) / D
+    dx = −g · exp(lp) / D,  dlp = g · exp(lp) · (lp − x + 1) / D
+    An lp of −inf gives y = NaN (and NaN in dlp there), as in PyTorch: give such targets as
+    probabilities (log_target=False), where p = 0 counts as 0.
     """
     reductions = ("batchmean", "mean", "sum")
 
-    def __init__(self, x, p, reduction="batchmean"):
+    def __init__(self, x, p, reduction="batchmean", log_target=False):
         if reduction not in self.reductions:
             raise ValueError(f"KLDivLoss: reduction must be one of {self.reductions}, got "
                              f"{reduction!r}")
         p = _target(p, x, "KLDivLoss")
         xp = backend.array_module(x._data)
         pd = p._data
-        positive = pd > 0
-        self.logp = xp.where(positive, xp.log(xp.where(positive, pd, 1)), 0)
+        self.log_target = log_target
+        if log_target:
+            self.logp, self.prob = pd, xp.exp(pd)
+            terms = self.prob * (pd - x._data)
+        else:
+            positive = pd > 0
+            self.logp, self.prob = xp.where(positive, xp.log(xp.where(positive, pd, 1)), 0), pd
+            terms = xp.where(positive, pd * (self.logp - x._data), 0)
         shape = x._data.shape
         self.D = {"batchmean": shape[0] if shape else 1, "mean": x._data.size, "sum": 1}[reduction]
-        terms = xp.where(positive, pd * (self.logp - x._data), 0)
         super().__init__(_scalar(terms.sum() / self.D, xp), x, p)
 
     def _back(self, x, p):
         scale = _upstream(self) / self.D
         if x.requires_grad:
-            x.accumulate(-scale * p._data)
+            x.accumulate(-scale * self.prob)
         if p.requires_grad:
-            xp = backend.array_module(p._data)
-            p.accumulate(xp.where(p._data > 0, scale * (self.logp + 1 - x._data), 0))
+            dp = scale * (self.logp + 1 - x._data)
+            if self.log_target:
+                p.accumulate(self.prob * dp)
+            else:
+                p.accumulate(backend.array_module(dp).where(p._data > 0, dp, 0))

@@ -212,3 +212,58 @@ def test_sigmoid_nll_kl_match_pytorch(torch, rng):
     for reduction in ("batchmean", "mean", "sum"):
         compare(lambda a, p: nn.KLDivLoss(a, p, reduction),
                 lambda a, p: F.kl_div(a, p, reduction=reduction), logq, target)
+
+
+@pytest.mark.parametrize("reduction", ["batchmean", "mean", "sum"])
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 2), (1, 5)])
+def test_kl_div_log_target_gradcheck(reduction, shape, rng):
+    x = nn.NetVar(np.log(rng.dirichlet(np.ones(shape[-1]), size=shape[:-1])))
+    lp = nn.NetVar(np.log(rng.dirichlet(np.ones(shape[-1]), size=shape[:-1])))
+    nn.gradcheck(lambda a, b: nn.KLDivLoss(a, b, reduction, log_target=True), x, lp)
+
+
+def test_kl_div_log_target_equals_the_probability_form(rng):
+    x = nn.NetVar(np.log(rng.dirichlet(np.ones(4), size=3)))
+    p = nn.NetVar(rng.dirichlet(np.ones(4), size=3))
+    lp = nn.NetVar(np.log(p.data))
+    from_p, from_lp = nn.KLDivLoss(x, p), nn.KLDivLoss(x, lp, log_target=True)
+    assert from_lp.item() == pytest.approx(from_p.item(), rel=1e-13)
+    from_p.back()
+    dx = x.g.copy()
+    x.reset()
+    from_lp.back()
+    np.testing.assert_allclose(x.g, dx, rtol=1e-13)
+    np.testing.assert_allclose(lp.g, p.g * p.data, rtol=1e-13)     # dlp = dp · dp/dlp
+    assert nn.KLDivLoss(x, lp.data, log_target=True).item() == from_lp.item()   # a plain array
+    assert_honours_the_upstream_gradient(lambda: nn.KLDivLoss(x, lp, "sum", log_target=True), lp)
+
+
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides:UserWarning")
+def test_kl_div_log_target_matches_pytorch(torch, rng):
+    import torch.nn.functional as F
+    N, C = 5, 4
+    logq = np.log(rng.dirichlet(np.ones(C), size=N))
+    logp = np.log(rng.dirichlet(np.ones(C), size=N))
+    logp[0, 1] = -40.0                                  # a nearly impossible class
+    for reduction in ("batchmean", "mean", "sum"):
+        assert_matches_pytorch(
+            torch, lambda a, b: nn.KLDivLoss(a, b, reduction, log_target=True),
+            lambda a, b: F.kl_div(a, b, reduction=reduction, log_target=True), logq, logp,
+            rng=rng, rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_kl_div_log_target_minus_infinity_gives_nan_as_pytorch(torch):
+    import torch.nn.functional as F
+    x = nn.NetVar(np.array([[-1.0, -2.0, -0.5]]))
+    lp = nn.NetVar(np.array([[-np.inf, -0.5, -1.0]]))
+    loss = nn.KLDivLoss(x, lp, "sum", log_target=True)
+    loss.back()
+    xt = torch.tensor(x.data, requires_grad=True)
+    lpt = torch.tensor(lp.data, requires_grad=True)
+    reference = F.kl_div(xt, lpt, reduction="sum", log_target=True)
+    reference.backward()
+    assert np.isnan(loss.item()) and torch.isnan(reference).item()
+    np.testing.assert_array_equal(x.g, xt.grad.numpy())              # NaN-free: −exp(−inf) = −0
+    np.testing.assert_array_equal(lp.g, lpt.grad.numpy())            # NaN at the −inf entry
+    assert np.isnan(lp.g[0, 0]) and np.isfinite(lp.g[0, 1:]).all()
