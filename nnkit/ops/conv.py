@@ -15,11 +15,15 @@ from .. import backend
 from ..core import NetOp
 
 
+def _whole(value):
+    return isinstance(value, (int, numpy.integer)) and not isinstance(value, bool)
+
+
 def _pair(op, name, value, minimum):
-    """An int or a pair of ints, each at least ``minimum``, as a pair."""
-    pair = (value, value) if isinstance(value, (int, numpy.integer)) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, (int, numpy.integer)) and v >= minimum
-                                 for v in pair):
+    """An int or a pair of ints (tuple or list), each at least ``minimum``, as a pair."""
+    pair = (value, value) if _whole(value) else \
+        tuple(value) if isinstance(value, (tuple, list)) else ()
+    if len(pair) != 2 or not all(_whole(v) and v >= minimum for v in pair):
         raise ValueError(f"{op}: {name} must be an int or a pair of ints ≥ {minimum}, got "
                          f"{value!r}")
     return int(pair[0]), int(pair[1])
@@ -30,6 +34,22 @@ def _check_nchw(op, x):
         raise ValueError(f"{op}: x must be (N, C, H, W), got shape {tuple(x.shape)}")
     if 0 in x._data.shape[:2]:
         raise ValueError(f"{op}: x of shape {tuple(x.shape)} has no sample or no channel")
+
+
+def _pad(xd, padding, fill=0):
+    """xd with padding = (ph, pw) cells of ``fill`` on each side of its last two axes."""
+    ph, pw = padding
+    if not (ph or pw):
+        return xd
+    xp = backend.array_module(xd)
+    return xp.pad(xd, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
+
+
+def _crop(dx, padding):
+    """The gradient of the padded input cut back to the input's shape."""
+    ph, pw = padding
+    Hp, Wp = dx.shape[-2:]
+    return dx[..., ph:Hp - ph, pw:Wp - pw]
 
 
 def _offsets(op, shape, kernel, stride):
@@ -71,10 +91,9 @@ class Conv2D(NetOp):
             raise ValueError(f"Conv2D: b of shape {tuple(b.shape)} does not hold one value for "
                              f"each of the {O} output channels")
         stride = _pair("Conv2D", "stride", stride, 1)
-        self.padding = ph, pw = _pair("Conv2D", "padding", padding, 0)
+        self.padding = _pair("Conv2D", "padding", padding, 0)
         xp = backend.array_module(xd)
-        if ph or pw:
-            xd = xp.pad(xd, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        xd = _pad(xd, self.padding)
         N, C, _, _ = xd.shape
         (Ho, Wo), self.slices = _offsets("Conv2D", xd.shape, wd.shape[2:], stride)
         self.padded_shape = xd.shape
@@ -99,73 +118,100 @@ class Conv2D(NetOp):
             b.accumulate(g.sum(axis=(0, 2, 3)).reshape(b._data.shape))
         if x.requires_grad:
             xp = backend.array_module(g)
-            N, C, Hp, Wp = self.padded_shape
+            N, C, _, _ = self.padded_shape
             dcols = (wd.reshape(O, -1).T @ g2).reshape((C,) + wd.shape[2:] + (N,) + g.shape[2:])
             dx = xp.zeros(self.padded_shape, dtype=g.dtype)
             for i, j, window in self.slices:
                 dx[window] += dcols[:, i, j].transpose(1, 0, 2, 3)
-            ph, pw = self.padding
-            x.accumulate(dx[:, :, ph:Hp - ph, pw:Wp - pw])
+            x.accumulate(_crop(dx, self.padding))
 
 
 class _Pool(NetOp):
-    """Shared by the pools: the window geometry."""
+    """Shared by the pools: the window geometry on the input padded with ``fill``, and the
+    gradient added back window by window then cropped to x's shape."""
 
-    def _windows(self, x, size, stride):
+    def _windows(self, x, size, stride, padding, fill):
         op = type(self).__name__
         _check_nchw(op, x)
         kernel = _pair(op, "size", size, 1)
         stride = kernel if stride is None else _pair(op, "stride", stride, 1)
-        _, self.slices = _offsets(op, x._data.shape, kernel, stride)
-        return [x._data[window] for _, _, window in self.slices]
+        self.padding = _pair(op, "padding", padding, 0)
+        if any(2 * p > k for p, k in zip(self.padding, kernel)):
+            raise ValueError(f"{op}: padding {self.padding} must be at most half the "
+                             f"{kernel[0]}×{kernel[1]} window on each axis")
+        xd = _pad(x._data, self.padding, fill)
+        self.padded_shape = xd.shape
+        (Ho, Wo), self.slices = _offsets(op, xd.shape, kernel, stride)
+        self.geometry = kernel, stride, (Ho, Wo)
+        return [xd[window] for _, _, window in self.slices]
+
+    def _add_back(self, x, patch_grads):
+        """Add each window's gradient (patch_grads yields one per slice) into x's gradient."""
+        xp = backend.array_module(self._g)
+        dx = xp.zeros(self.padded_shape, dtype=self._g.dtype)
+        for (_, _, window), grad in zip(self.slices, patch_grads):
+            dx[window] += grad
+        x.accumulate(_crop(dx, self.padding))
 
 
 class MaxPool2D(_Pool):
-    """Max pooling over size×size windows (stride defaults to size), as PyTorch's
+    """Max pooling over kh×kw windows (stride defaults to the window), as PyTorch's
     ``max_pool2d``.
 
-    y[n, c, r, q] = max_{i, j} x[n, c, s·r + i, s·q + j]
+    y[n, c, r, q] = max_{i, j} x̃[n, c, s·r + i, s·q + j]
+        x̃ = x padded with p cells of −∞ on each side (a padded cell never wins);
+        H' = (H + 2p − kh) // s + 1 (likewise W')
     dx = g routed to the arg-max of each window (the first one, row by row, when several
-         elements tie, as PyTorch); overlapping windows add their gradients
-    size and stride are an int or a (vertical, horizontal) pair; windows that would run past
-    the edge are dropped (H' = (H − kh) // s + 1).
+         elements tie, as PyTorch); overlapping windows add their gradients; nothing reaches
+         the padding
+    size, stride and padding are an int or a (vertical, horizontal) pair; padding is at most
+    half the window on each axis; windows that would run past the padded edge are dropped.
     """
 
-    def __init__(self, x, size, stride=None):
-        patches = self._windows(x, size, stride)
+    def __init__(self, x, size, stride=None, padding=0):
+        patches = self._windows(x, size, stride, padding, -numpy.inf)
         xp = backend.array_module(x._data)
         stacked = xp.stack(patches)
         self.arg = stacked.argmax(axis=0)
         super().__init__(stacked.max(axis=0), x)
 
     def _back(self, x):
-        xp = backend.array_module(self._g)
-        dx = xp.zeros_like(x._data)
-        for k, (_, _, window) in enumerate(self.slices):
-            dx[window] += self._g * (self.arg == k)
-        x.accumulate(dx)
+        self._add_back(x, (self._g * (self.arg == k) for k in range(len(self.slices))))
 
 
 class AvgPool2D(_Pool):
-    """Average pooling over size×size windows (stride defaults to size), as PyTorch's
+    """Average pooling over kh×kw windows (stride defaults to the window), as PyTorch's
     ``avg_pool2d``.
 
-    y[n, c, r, q] = Σ_{i, j} x[n, c, s·r + i, s·q + j] / (kh·kw)
-    dx = g / (kh·kw) added to every element of its window
-    size and stride are an int or a (vertical, horizontal) pair.
+    y[n, c, r, q] = Σ_{i, j} x̃[n, c, s·r + i, s·q + j] / d[r, q]
+        x̃ = x padded with p zeros on each side;  H' = (H + 2p − kh) // s + 1 (likewise W')
+        d = kh·kw (count_include_pad=True), or the number of cells of window (r, q) that lie
+        in x, not in the padding (count_include_pad=False)
+    dx = g / d added to every element of its window (the padding's share is dropped)
+    size, stride and padding are an int or a (vertical, horizontal) pair; padding is at most
+    half the window on each axis.
     """
 
-    def __init__(self, x, size, stride=None):
-        patches = self._windows(x, size, stride)
+    def __init__(self, x, size, stride=None, padding=0, count_include_pad=True):
+        patches = self._windows(x, size, stride, padding, 0)
         y = patches[0].copy()
         for patch in patches[1:]:
             y += patch
-        super().__init__(y / len(patches), x)
+        if count_include_pad or not any(self.padding):
+            self.divisor = len(patches)
+        else:
+            self.divisor = self._real_counts(backend.array_module(y), y.dtype, x._data.shape)
+        super().__init__(y / self.divisor, x)
+
+    def _real_counts(self, xp, dtype, shape):
+        """(H', W'): how many cells of each window lie inside x (not in the padding)."""
+        kernel, stride, out = self.geometry
+        counts = []
+        for k, s, p, n, size in zip(kernel, stride, self.padding, out, shape[-2:]):
+            start = xp.arange(n) * s - p
+            counts.append(xp.minimum(start + k, size) - xp.maximum(start, 0))
+        return (counts[0][:, None] * counts[1][None, :]).astype(dtype)
 
     def _back(self, x):
-        xp = backend.array_module(self._g)
-        dx = xp.zeros_like(x._data)
-        share = self._g / len(self.slices)
-        for _, _, window in self.slices:
-            dx[window] += share
-        x.accumulate(dx)
+        share = self._g / self.divisor
+        self._add_back(x, (share for _ in self.slices))

@@ -1,4 +1,5 @@
-"""Conv2D / MaxPool2D / AvgPool2D: gradchecks, PyTorch parity (values and gradients), errors."""
+"""Conv2D / MaxPool2D / AvgPool2D: gradchecks, PyTorch parity (values and gradients), errors,
+the padded pools and an FFN with padded pools saved and loaded."""
 import numpy as np
 import pytest
 
@@ -100,3 +101,133 @@ def test_pool_errors(rng):
         nn.AvgPool2D(var64(rng, 4, 4), 2)
     with pytest.raises(ValueError, match="MaxPool2D: size must be an int or a pair"):
         nn.MaxPool2D(var64(rng, 1, 1, 4, 4), (2, 2, 2))
+
+
+# Padded pools. Each op is (name, pool(x, size, stride, padding), PyTorch's function of the same
+# arguments); the cases cover odd and even windows, strides 1 and 2, padding 0, 1, half the
+# window and a (1, 0) pair.
+PADDED_POOLS = {
+    "max": (lambda x, k, s, p: nn.MaxPool2D(x, k, s, p),
+            lambda F, t, k, s, p: F.max_pool2d(t, k, s, p)),
+    "avg": (lambda x, k, s, p: nn.AvgPool2D(x, k, s, p),
+            lambda F, t, k, s, p: F.avg_pool2d(t, k, s, p, count_include_pad=True)),
+    "avg_real_cells": (lambda x, k, s, p: nn.AvgPool2D(x, k, s, p, count_include_pad=False),
+                       lambda F, t, k, s, p: F.avg_pool2d(t, k, s, p, count_include_pad=False)),
+}
+PADDED_CASES = [  # x shape, size, stride, padding
+    ((2, 2, 5, 5), 3, 1, 1),
+    ((1, 2, 6, 6), 2, 2, 1),
+    ((1, 1, 5, 6), (3, 2), (2, 1), (1, 0)),
+    ((2, 1, 4, 5), 4, 2, (1, 0)),
+    ((1, 2, 5, 4), 3, 2, 0),
+    ((1, 1, 7, 6), 5, 1, 2),
+    ((1, 1, 3, 3), 2, 1, 1),
+]
+
+
+def reference_pool(a, kernel, stride, padding, kind):
+    """The pools written out window by window on the unpadded input (kind 'max', 'avg' or
+    'avg_real_cells'): the windows' cells outside ``a`` are padding."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    H, W = a.shape[-2:]
+    Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
+    y = np.empty(a.shape[:2] + (Ho, Wo))
+    for r in range(Ho):
+        for q in range(Wo):
+            top, left = r * sh - ph, q * sw - pw
+            real = a[..., max(top, 0):top + kh, max(left, 0):left + kw]
+            if kind == "max":
+                y[..., r, q] = real.max(axis=(-2, -1))
+            else:
+                cells = kh * kw if kind == "avg" else real.shape[-2] * real.shape[-1]
+                y[..., r, q] = real.sum(axis=(-2, -1)) / cells
+    return y
+
+
+def _as_pair(value):
+    return (value, value) if isinstance(value, int) else value
+
+
+@pytest.mark.parametrize("kind", PADDED_POOLS)
+@pytest.mark.parametrize("shape,size,stride,padding", PADDED_CASES)
+def test_padded_pool_gradcheck_and_values(kind, shape, size, stride, padding, rng):
+    pool = PADDED_POOLS[kind][0]
+    x = var64(rng, *shape)
+    nn.gradcheck(lambda v: pool(v, size, stride, padding), x)
+    expected = reference_pool(x.data, _as_pair(size), _as_pair(stride), _as_pair(padding), kind)
+    np.testing.assert_allclose(pool(x, size, stride, padding).data, expected, rtol=1e-13)
+
+
+@pytest.mark.parametrize("kind", PADDED_POOLS)
+@pytest.mark.parametrize("shape,size,stride,padding", PADDED_CASES)
+def test_padded_pool_matches_pytorch(kind, shape, size, stride, padding, rng, torch):
+    import torch.nn.functional as F
+    ours, theirs = PADDED_POOLS[kind]
+    # the gradients sum overlapping windows in another order than PyTorch: a tiny atol keeps a
+    # sum that cancels to ~0 from failing the relative test
+    assert_matches_pytorch(torch, lambda v: ours(v, size, stride, padding),
+                           lambda t: theirs(F, t, size, stride, padding),
+                           rng.standard_normal(shape), rng=rng, rtol=1e-12, grad_atol=1e-14)
+
+
+def test_maxpool_padding_never_wins_over_negative_windows(rng):
+    data = -1 - rng.random((2, 3, 5, 5))          # every element below zero
+    x = nn.NetVar(data)
+    y = nn.MaxPool2D(x, 3, 2, 1)                   # every window overlaps the padding
+    assert y.shape == (2, 3, 3, 3)
+    assert (y.data < 0).all()                      # a zero pad would give 0 at every window
+    np.testing.assert_array_equal(y.data, reference_pool(data, (3, 3), (2, 2), (1, 1), "max"))
+    y.back()
+    # each of the 2·3·3·3 outputs hands its gradient of 1 to one real cell: nothing is lost
+    assert x.g.min() >= 0 and x.g.sum() == y.data.size
+    corner = data[..., :2, :2].reshape(2, 3, 4).max(axis=-1)
+    np.testing.assert_array_equal(y.data[..., 0, 0], corner)
+
+
+def test_avgpool_count_include_pad_divides_by_the_window_or_the_real_cells():
+    x = nn.NetVar(np.ones((1, 1, 4, 4)))
+    with_pad = nn.AvgPool2D(x, 3, 1, 1).data[0, 0]
+    real_cells = nn.AvgPool2D(x, 3, 1, 1, count_include_pad=False).data[0, 0]
+    np.testing.assert_allclose(real_cells, np.ones((4, 4)), rtol=1e-15)
+    assert with_pad[0, 0] == pytest.approx(4 / 9) and with_pad[0, 1] == pytest.approx(6 / 9)
+    assert with_pad[1, 1] == 1.0
+
+
+def test_padded_pools_keep_float32(rng):
+    for pool in (lambda v: nn.MaxPool2D(v, 3, 1, 1),
+                 lambda v: nn.AvgPool2D(v, 2, 2, 1, count_include_pad=False)):
+        x = nn.NetVar(rng.standard_normal((1, 2, 4, 4)).astype(np.float32))
+        y = pool(x)
+        y.back()
+        assert y.dtype == x.g.dtype == np.float32
+
+
+@pytest.mark.parametrize("op", [nn.MaxPool2D, nn.AvgPool2D])
+def test_pool_padding_errors(op, rng):
+    x = var64(rng, 1, 1, 6, 6)
+    name = op.__name__
+    with pytest.raises(ValueError, match=rf"{name}: padding \(2, 2\) must be at most half the "
+                                         r"3×3 window on each axis"):
+        op(x, 3, 1, 2)
+    with pytest.raises(ValueError, match=rf"{name}: padding \(1, 2\) must be at most half the "
+                                         r"2×3 window"):
+        op(x, (2, 3), 1, (1, 2))
+    for bad in (-1, (1, -1), (1, 1, 1), 1.0, 0.5, "1", True):
+        with pytest.raises(ValueError, match=rf"{name}: padding must be an int or a pair of "
+                                             r"ints ≥ 0, got "):
+            op(x, 2, 2, bad)
+
+
+def test_ffn_with_padded_pools_saves_and_loads(rng, tmp_path):
+    x = nn.NetVar(rng.standard_normal((2, 1, 6, 6)), requires_grad=False)
+    net = nn.FFN((nn.Conv2D, var64(rng, 4, 1, 3, 3), var64(rng, 4), 1, 1),
+                 (nn.MaxPool2D, 2, 2, 1),
+                 (nn.AvgPool2D, 3, 1, (1, 0), False))
+    before = net(x).data
+    assert before.shape == (2, 4, 4, 2)
+    path = str(tmp_path / "pools.npz")
+    nn.save(path, net)
+    loaded = nn.load(path).model
+    assert loaded.topology[1][1:] == (2, 2, 1)
+    assert loaded.topology[2][1:] == (3, 1, (1, 0), False)
+    np.testing.assert_array_equal(loaded(x).data, before)
