@@ -54,8 +54,7 @@ class Embedding(NetOp):
 
 def _padding_row(padding_idx, V):
     """padding_idx checked against a table of V rows and brought into [0, V)."""
-    if isinstance(padding_idx, (bool, numpy.bool_)) or not isinstance(padding_idx,
-                                                                      (int, numpy.integer)):
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, numpy.integer)):
         raise TypeError(f"Embedding: padding_idx must be an integer in [{-V}, {V}) for a table "
                         f"of {V} rows, got {padding_idx!r}")
     if not -V <= padding_idx < V:
