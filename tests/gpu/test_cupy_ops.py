@@ -40,6 +40,15 @@ def _recurrent(kind, final=None, lengths=(3, 1)):
 
 C = Case
 P = Pos
+def _embedding_with_padding(b, t):
+    """Embedding with padding_idx 2, a row that is picked, so the op's padding path runs on
+    the device. That row is held constant in the table fed to the op (its gradient is zero by
+    design, not by calculus); tests/ops/test_embedding.py checks that it gets exactly none."""
+    keep = b.array([[1.0], [1.0], [0.0], [1.0]])
+    table = t * keep + b.array(np.full((4, 3), 0.5)) * (1 - keep)
+    return nn.Embedding(np.array([[0, 2], [2, 3]]), table, padding_idx=2)
+
+
 CASES = [
     # arithmetic
     C("Multiply", lambda b, x, w: nn.Multiply(x, w), (3, 4), (4, 2)),
@@ -121,6 +130,8 @@ CASES = [
     C("SigmoidCELoss", lambda b, z, t: nn.SigmoidCELoss(z, nn.Sigmoid(t)), (3, 4), (3, 4)),
     C("KLDivLoss", lambda b, x, t: nn.KLDivLoss(nn.LogSoftmax(x), nn.Softmax(t)),
       (3, 4), (3, 4)),
+    C("KLDivLoss", lambda b, x, t: nn.KLDivLoss(nn.LogSoftmax(x), nn.LogSoftmax(t),
+                                                log_target=True), (3, 4), (3, 4)),
     C("CosineSimilarity", lambda b, x, y: nn.CosineSimilarity(x, y), (3, 4), (1, 4)),
     # regularization and normalization
     C("Dropout", _dropout, (4, 5), same_value=False),
@@ -132,12 +143,15 @@ CASES = [
       (3, 2, 3, 3)),
     C("LayerNorm", lambda b, x, g, s: nn.LayerNorm(x, g, s), (3, 4), (4,), (4,)),
     C("Embedding", lambda b, t: nn.Embedding(np.array([[0, 2], [1, 2]]), t), (4, 3)),
+    C("Embedding", _embedding_with_padding, (4, 3)),
     # convolution and pooling
     C("Conv2D", lambda b, x, w, c: nn.Conv2D(x, w, c, padding=1), (2, 2, 4, 4), (3, 2, 3, 3),
       (3,)),
     C("Conv2D", lambda b, x, w: nn.Conv2D(x, w, stride=2), (1, 2, 5, 5), (2, 2, 3, 3)),
     C("MaxPool2D", lambda b, x: nn.MaxPool2D(x, 2), (1, 2, 4, 4)),
+    C("MaxPool2D", lambda b, x: nn.MaxPool2D(x, 3, 2, 1), (1, 2, 5, 5)),
     C("AvgPool2D", lambda b, x: nn.AvgPool2D(x, 2, stride=1), (1, 2, 3, 3)),
+    C("AvgPool2D", lambda b, x: nn.AvgPool2D(x, 3, 1, (1, 0), False), (1, 2, 4, 4)),
     # recurrent
     C("RNN", _recurrent("RNN"), (3, 2, 2), (2, 3), (3, 3), (3,), (2, 3)),
     C("LSTM", _recurrent("LSTM", lengths=(2, 3)), (3, 2, 2), (2, 12), (3, 12), (12,),
