@@ -13,11 +13,14 @@
 For each training batch the trainer calls ``step_fn(batch)``, ``loss.back()``, the hooks'
 ``on_before_step``, then ``optimizer.step()``. ``step_fn`` returns the loss node, or
 ``(loss, predictions, targets)`` or ``(loss, predictions, targets, mask)``: then the metrics
-are updated with ``(predictions, targets[, mask])`` and the epoch's mean loss weights each
+are updated with ``(predictions, targets[, mask])`` (before ``back()``, so that a batch the
+metrics refuse changes no parameter) and the epoch's mean loss weights each
 batch by its number of positions (predictions' rows, or ``mask.sum()``); with the loss alone
 the weight is the length of the batch's first array. Validation batches go through the same
 ``step_fn`` under ``no_grad()`` and ``eval_mode()``. Batches are a list (any re-iterable) or a
-function returning a fresh iterable each epoch (e.g. a reshuffling generator).
+function returning a fresh iterable each epoch (e.g. a reshuffling generator); a one-shot
+iterator (a generator, ``iter(...)``, ``nn.minibatches(...)``) is refused for more than one
+epoch before anything trains.
 
 Each epoch's logs hold ``epoch``, ``loss``, every metric, ``val_loss`` and ``val_<metric>``
 with validation data, ``lr``, ``samples`` and ``time`` (seconds). ``fit`` returns
@@ -25,8 +28,10 @@ with validation data, ``lr``, ``samples`` and ``time`` (seconds). ``fit`` return
 """
 
 __all__ = ['Trainer']
+import collections.abc
 import copy
 import math
+import numbers
 import sys
 import time
 
@@ -35,14 +40,22 @@ from ..core import NetVar, eval_mode, no_grad
 from .hooks import History, Hook  # noqa: F401  (Hook: the hooks' base, importable from here too)
 from .metrics import MeanLoss
 
+_CALLBACKS = ("on_fit_start", "on_epoch_start", "on_before_step", "on_batch_end",
+              "on_epoch_end", "on_fit_end")
+_LOG_KEYS = ("epoch", "loss", "lr", "samples", "time")
+
 
 class Trainer:
     """``Trainer(step_fn, optimizer, hooks=(), metrics=None)``; ``fit(train_batches, epochs,
     val=None)`` trains and returns the History. See the module docstring for the protocol.
 
-    ``metrics`` maps names to metric accumulators (``{"accuracy": nn.Accuracy()}``); a copy
-    is used for validation. ``evaluate(batches)`` returns ``{"loss": ..., <metric>: ...}``
-    computed under ``no_grad()`` and ``eval_mode()``.
+    ``hooks`` is a list of hook instances (``Hook`` subclasses, or objects with ``on_*``
+    callbacks), each at most once. ``metrics`` maps names to metric accumulators
+    (``{"accuracy": nn.Accuracy()}``); a copy is used for validation; a name may not be one of
+    the epoch logs' own keys (``epoch``, ``loss``, ``lr``, ``samples``, ``time``, ``val_*``).
+    ``evaluate(batches)`` returns ``{"loss": ..., <metric>: ...}`` computed under
+    ``no_grad()`` and ``eval_mode()``. A refused argument raises at once (TypeError for a
+    wrong kind, ValueError for a wrong value), before any parameter is updated.
     """
 
     def __init__(self, step_fn, optimizer, hooks=(), metrics=None):
@@ -51,14 +64,15 @@ class Trainer:
         if not hasattr(optimizer, "step"):
             raise TypeError(f"Trainer: optimizer must be an nnkit optimizer, got "
                             f"{type(optimizer).__name__}")
+        hooks = _checked_hooks(hooks)
+        metrics = _checked_metrics(metrics)
         self.step_fn = step_fn
         self.optimizer = optimizer
-        hooks = list(hooks)
         self.history = next((h for h in hooks if isinstance(h, History)), None)
         if self.history is None:      # (not ``or``: an empty History is a falsy dict)
             self.history = History()
         self.hooks = [self.history] + [h for h in hooks if h is not self.history]
-        self.metrics = dict(metrics or {})
+        self.metrics = metrics
         self._val_metrics = {name: copy.deepcopy(m) for name, m in self.metrics.items()}
         self.epoch = 0
         self.steps = 0
@@ -67,6 +81,7 @@ class Trainer:
         self.batches_per_epoch = None
         self.logs = {}
         self.stop_reason = None
+        self.val = None
 
     @property
     def params(self):
@@ -85,15 +100,32 @@ class Trainer:
                 method(self, *args)
 
     def fit(self, train_batches, epochs=1, val=None):
-        """Train for ``epochs`` more epochs (or until a hook stops); returns the History."""
-        if not (isinstance(epochs, int) and epochs >= 1):
+        """Train for ``epochs`` more epochs (or until a hook stops); returns the History.
+
+        ``trainer.val`` holds ``val`` (hooks read it). An epoch that raises before
+        its first update does not count: ``trainer.epoch`` stays at the last epoch trained.
+        """
+        if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral):
+            raise TypeError(f"Trainer.fit: epochs must be a positive integer, got "
+                            f"{type(epochs).__name__} {epochs!r}")
+        if epochs < 1:
             raise ValueError(f"Trainer.fit: epochs must be a positive integer, got {epochs!r}")
+        _check_batches("Trainer.fit", "train_batches", train_batches, epochs)
+        if val is not None:
+            _check_batches("Trainer.fit", "val", val, epochs)
         self.stop_reason = None
-        self.epochs = self.epoch + epochs
+        self.val = val
+        self.epochs = self.epoch + int(epochs)
         self._call("on_fit_start")
         for _ in range(epochs):
             self.epoch += 1
-            logs = self._train_epoch(_fresh(train_batches, "train_batches", self.epoch))
+            steps = self.steps
+            try:
+                logs = self._train_epoch(_fresh(train_batches))
+            except BaseException:
+                if self.steps == steps:       # nothing trained: the epoch did not happen
+                    self.epoch -= 1
+                raise
             if logs is None:      # stopped mid-epoch
                 break
             if val is not None:
@@ -115,7 +147,10 @@ class Trainer:
             metric.reset()
         self.batch = 0
         for batch in batches:
-            loss, predictions, targets, mask = _unpack(self.step_fn(batch))
+            loss, predictions, targets, mask = _unpack(self.step_fn(batch), self.metrics)
+            size = _positions(batch, predictions, mask)
+            value = loss.item()
+            _update_metrics(self.metrics, predictions, targets, mask)
             loss.back()
             self._call("on_before_step", loss)
             if self.stop_reason is not None:
@@ -124,10 +159,7 @@ class Trainer:
             self.optimizer.step()
             self.steps += 1
             self.batch += 1
-            size = _positions(batch, predictions, mask)
-            value = loss.item()
             loss_metric.update(value, size)
-            _update_metrics(self.metrics, predictions, targets, mask)
             self._call("on_batch_end", {"loss": value, "size": size})
             if self.stop_reason is not None:
                 return None
@@ -140,36 +172,119 @@ class Trainer:
                 "time": time.perf_counter() - started}
 
     def evaluate(self, batches):
-        """Mean loss and metrics over ``batches`` under no_grad() and eval_mode()."""
+        """Mean loss and metrics over ``batches`` under no_grad() and eval_mode().
+
+        Raises ValueError when ``batches`` gives no batch (e.g. an iterator already used).
+        """
+        _check_batches("Trainer.evaluate", "batches", batches, 1)
         loss_metric = MeanLoss()
         for metric in self._val_metrics.values():
             metric.reset()
+        count = 0
         with no_grad(), eval_mode():
-            for batch in _fresh(batches, "val", self.epoch):
-                loss, predictions, targets, mask = _unpack(self.step_fn(batch))
+            for batch in _fresh(batches):
+                loss, predictions, targets, mask = _unpack(self.step_fn(batch),
+                                                           self._val_metrics)
                 loss_metric.update(loss.item(), _positions(batch, predictions, mask))
                 _update_metrics(self._val_metrics, predictions, targets, mask)
+                count += 1
+        if count == 0:
+            raise ValueError("Trainer.evaluate: the validation batches gave no batches (an "
+                             "iterator already used?); pass a list or a function returning "
+                             "a fresh iterable")
         return {"loss": loss_metric.value,
                 **{name: metric.value for name, metric in self._val_metrics.items()}}
 
 
-def _fresh(batches, name, epoch):
+def _checked_hooks(hooks):
+    """``hooks`` as a list, each a hook instance given once; refused with its position."""
+    if hooks is None:
+        return []
+    if isinstance(hooks, (Hook, str)) or any(hasattr(hooks, name) for name in _CALLBACKS) \
+            or not isinstance(hooks, collections.abc.Iterable):
+        raise TypeError(f"Trainer: hooks must be a list of hooks, got {type(hooks).__name__}; "
+                        "put a single hook in a list: hooks=[...]")
+    hooks = list(hooks)
+    for position, hook in enumerate(hooks):
+        if isinstance(hook, type):
+            raise TypeError(f"Trainer: hooks[{position}] is the class {hook.__name__}; pass an "
+                            f"instance: {hook.__name__}(...)")
+        if not (isinstance(hook, Hook) or any(callable(getattr(hook, name, None))
+                                              for name in _CALLBACKS)):
+            raise TypeError(f"Trainer: hooks[{position}] must be a hook (a Hook or an object "
+                            f"with on_* callbacks), got {type(hook).__name__} {hook!r}")
+        first = next(k for k, other in enumerate(hooks) if other is hook)
+        if first != position:
+            raise ValueError(f"Trainer: hooks[{position}] is the same {type(hook).__name__} "
+                             f"as hooks[{first}]; its callbacks would run twice")
+    return hooks
+
+
+def _checked_metrics(metrics):
+    """``metrics`` as a new dict of name -> metric instance; refused naming the entry."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, collections.abc.Mapping):
+        raise TypeError("Trainer: metrics must be a dict of name: metric, e.g. "
+                        f"{{'accuracy': nn.Accuracy()}}, got {type(metrics).__name__}")
+    for name, metric in metrics.items():
+        if not isinstance(name, str):
+            raise TypeError(f"Trainer: metric names must be strings, got {name!r}")
+        if name in _LOG_KEYS or name.startswith("val_"):
+            raise ValueError(f"Trainer: metric name {name!r} would overwrite the epoch logs' "
+                             f"own entry; {', '.join(_LOG_KEYS)} and val_* are taken")
+        if isinstance(metric, type):
+            raise TypeError(f"Trainer: metrics[{name!r}] is the class {metric.__name__}; pass "
+                            f"an instance: {metric.__name__}(...)")
+        if not (callable(getattr(metric, "update", None))
+                and callable(getattr(metric, "reset", None)) and hasattr(metric, "value")):
+            raise TypeError(f"Trainer: metrics[{name!r}] must be a metric (update, reset, "
+                            f"value), got {type(metric).__name__} {metric!r}")
+    return dict(metrics)
+
+
+def _check_batches(owner, name, batches, epochs):
+    """A list, a re-iterable or a callable; a one-shot iterator only for a single epoch."""
     if callable(batches):
-        return batches()
-    if iter(batches) is batches and epoch > 1:
-        raise TypeError(f"Trainer.fit: {name} is an iterator, which is exhausted after one "
-                        "epoch; pass a list or a function returning a fresh iterable")
-    return batches
+        return
+    if not isinstance(batches, collections.abc.Iterable):
+        raise TypeError(f"{owner}: {name} must be a list of batches, a re-iterable or a "
+                        f"function returning a fresh iterable, got {type(batches).__name__}")
+    if epochs > 1 and isinstance(batches, collections.abc.Iterator):
+        raise TypeError(f"{owner}: {name} is an iterator ({type(batches).__name__}), which "
+                        f"is exhausted after one epoch; for {epochs} epochs pass a list or a "
+                        "function returning a fresh iterable (e.g. lambda: nn.minibatches(...))")
 
 
-def _unpack(result):
+def _fresh(batches):
+    return batches() if callable(batches) else batches
+
+
+def _unpack(result, metrics):
+    """``(loss, predictions, targets, mask)`` from what step_fn returned, checked before use."""
     parts = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     loss = parts[0] if parts else None
     if not isinstance(loss, NetVar) or loss.size != 1 or len(parts) not in (1, 3, 4):
         raise TypeError("Trainer: step_fn must return the loss node (a one-element NetVar) or "
-                        f"(loss, predictions, targets[, mask]); got {type(result).__name__} "
-                        f"of {len(parts)} item(s)")
-    return parts + (None,) * (4 - len(parts))
+                        f"(loss, predictions, targets[, mask]); got {_describe(result)}")
+    loss, predictions, targets, mask = parts + (None,) * (4 - len(parts))
+    if metrics and predictions is None:
+        raise ValueError(f"Trainer: the metrics {sorted(metrics)} need step_fn to return "
+                         "(loss, predictions, targets), got the loss only")
+    for what, value in (("predictions", predictions), ("mask", mask)):
+        if value is not None and not hasattr(value, "shape"):
+            raise TypeError(f"Trainer: step_fn returned {what} of type "
+                            f"{type(value).__name__}; give a NetVar or an array")
+    return loss, predictions, targets, mask
+
+
+def _describe(result):
+    if isinstance(result, (tuple, list)):
+        return f"{type(result).__name__} of {len(result)} item(s): " + ", ".join(
+            _describe(part) for part in result)
+    if isinstance(result, NetVar):
+        return f"NetVar of shape {result.shape}"
+    return type(result).__name__
 
 
 def _positions(batch, predictions, mask):
@@ -184,10 +299,6 @@ def _positions(batch, predictions, mask):
 
 
 def _update_metrics(metrics, predictions, targets, mask):
-    if not metrics:
-        return
-    if predictions is None:
-        raise ValueError("Trainer: metrics need step_fn to return (loss, predictions, targets)")
     for metric in metrics.values():
         if mask is None:
             metric.update(predictions, targets)

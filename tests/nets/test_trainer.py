@@ -1,4 +1,5 @@
 """The Trainer: epoch logs, the history, the hook protocol, batches and bad usage."""
+import copy
 import math
 
 import numpy as np
@@ -110,18 +111,206 @@ def test_hook_callbacks_order_and_validation_modes():
     assert nn.is_training() and nn.is_grad_enabled()
 
 
+def _snapshot(params, optimizer):
+    """Copies of what a refused call must leave as it was."""
+    return ([p.data.copy() for p in params], [None if p.g is None else p.g.copy() for p in params],
+            copy.deepcopy(optimizer.state_dict()))
+
+
+def _assert_unchanged(snapshot, params, optimizer):
+    data, grads, state = snapshot
+    for p, value, g in zip(params, data, grads):
+        np.testing.assert_array_equal(p.data, value)
+        if g is None:
+            assert p.g is None
+        else:
+            np.testing.assert_array_equal(p.g, g)
+    _assert_same(optimizer.state_dict(), state)
+
+
+def _assert_same(a, b):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _assert_same(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+def _trained_adam():
+    """A step_fn, its parameters and an Adam optimizer that has state (one epoch trained)."""
+    x, y = _problem()
+    step, params = _model()
+    optimizer = nn.Adam(params, lr=0.05)
+    nn.Trainer(step, optimizer).fit(_batches(x, y), epochs=1)
+    return x, y, step, params, optimizer
+
+
 def test_bad_usage_is_explained():
     x, y = _problem()
     step, params = _model()
     trainer = nn.Trainer(lambda batch: step(batch)[0].data, nn.GD(params))
     with pytest.raises(TypeError, match="step_fn must return the loss node"):
         trainer.fit(_batches(x, y))
-    once = iter(_batches(x, y))
-    with pytest.raises(TypeError, match="is an iterator, which is exhausted"):
-        nn.Trainer(step, nn.GD(params)).fit(once, epochs=2)
+    with pytest.raises(TypeError, match=r"got NetVar of shape \(16, 2\)"):
+        nn.Trainer(lambda batch: step(batch)[1], nn.GD(params)).fit(_batches(x, y))
+    with pytest.raises(TypeError, match=r"got tuple of 2 item\(s\): NetVar of shape \(1, 1\), "):
+        nn.Trainer(lambda batch: step(batch)[:2], nn.GD(params)).fit(_batches(x, y))
+    with pytest.raises(TypeError, match="got float"):
+        nn.Trainer(lambda batch: step(batch)[0].item(), nn.GD(params)).fit(_batches(x, y))
+    with pytest.raises(TypeError, match="step_fn returned predictions of type list"):
+        nn.Trainer(lambda b: (step(b)[0], [0, 1], b[1]), nn.GD(params)).fit(_batches(x, y))
     with pytest.raises(ValueError, match="gave no batches"):
         nn.Trainer(step, nn.GD(params)).fit([], epochs=1)
-    with pytest.raises(ValueError, match="metrics need step_fn to return"):
-        nn.Trainer(lambda b: step(b)[0], nn.GD(params), metrics={"a": nn.Accuracy()}).fit(
-            _batches(x, y))
+    with pytest.raises(TypeError, match="train_batches must be a list of batches"):
+        nn.Trainer(step, nn.GD(params)).fit(42)
+    with pytest.raises(TypeError, match="step_fn must be callable"):
+        nn.Trainer(None, nn.GD(params))
     assert math.isnan(nn.MeanLoss().value)
+
+
+@pytest.mark.parametrize("epochs, error", [(0, ValueError), (-2, ValueError), (2.0, TypeError),
+                                           (True, TypeError), ("3", TypeError)])
+def test_epochs_must_be_a_positive_integer(epochs, error):
+    x, y = _problem()
+    step, params = _model()
+    trainer = nn.Trainer(step, nn.GD(params))
+    with pytest.raises(error, match=f"Trainer.fit: epochs must be a positive integer, got .*"
+                                    f"{epochs!r}"):
+        trainer.fit(_batches(x, y), epochs=epochs)
+    assert trainer.epoch == 0 and trainer.steps == 0 and "loss" not in trainer.history
+    assert nn.Trainer(step, nn.GD(params)).fit(_batches(x, y), epochs=np.int64(2))["epoch"] == \
+        [1, 2]
+
+
+def test_metrics_without_predictions_are_refused_before_any_update():
+    x, y, step, params, optimizer = _trained_adam()
+    params[0].g = np.ones((3, 2))                       # a gradient the user accumulated
+    before = _snapshot(params, optimizer)
+    trainer = nn.Trainer(lambda b: step(b)[0], optimizer, metrics={"accuracy": nn.Accuracy()})
+    with pytest.raises(ValueError, match=r"Trainer: the metrics \['accuracy'\] need step_fn to "
+                                         r"return \(loss, predictions, targets\)"):
+        trainer.fit(_batches(x, y))
+    _assert_unchanged(before, params, optimizer)
+    assert trainer.epoch == 0 and trainer.steps == 0
+    with pytest.raises(ValueError, match="need step_fn to return"):      # evaluate too
+        trainer.evaluate(_batches(x, y))
+
+
+def test_predictions_the_metrics_refuse_change_nothing():
+    x, y, step, params, optimizer = _trained_adam()
+    before = _snapshot(params, optimizer)
+
+    def wrong_rows(batch):
+        loss, z, t = step(batch)
+        return loss, z, t[:-1]                            # one label short
+
+    trainer = nn.Trainer(wrong_rows, optimizer, metrics={"accuracy": nn.Accuracy()})
+    with pytest.raises(ValueError, match=r"Accuracy: predictions of shape \(16, 2\) do not "
+                                         r"match targets of shape \(15,\)"):
+        trainer.fit(_batches(x, y))
+    _assert_unchanged(before, params, optimizer)
+
+
+def test_a_failed_epoch_does_not_count():
+    x, y = _problem()
+    step, params = _model()
+    calls = []
+
+    def failing_once(batch):
+        if not calls:
+            calls.append(batch)
+            raise RuntimeError("data loading failed")
+        return step(batch)
+
+    trainer = nn.Trainer(failing_once, nn.GD(params))
+    with pytest.raises(RuntimeError, match="data loading failed"):
+        trainer.fit(_batches(x, y), epochs=2)
+    assert trainer.epoch == 0 and trainer.steps == 0
+    assert trainer.fit(_batches(x, y), epochs=2)["epoch"] == [1, 2]
+
+
+def test_a_one_shot_iterator_for_several_epochs_is_refused_before_training():
+    x, y, step, params, optimizer = _trained_adam()
+    before = _snapshot(params, optimizer)
+    started = []
+
+    class Watcher(nn.Hook):
+        def on_fit_start(self, trainer):
+            started.append(trainer)
+
+    trainer = nn.Trainer(step, optimizer, hooks=[Watcher()])
+    one_shot = [iter(_batches(x, y)), (b for b in _batches(x, y)),
+                nn.minibatches([[1, 2], [3]], batch_size=1)]
+    for batches in one_shot:
+        with pytest.raises(TypeError, match=r"Trainer.fit: train_batches is an iterator \(\w+\), "
+                                            r"which is exhausted after one epoch; for 3 epochs "
+                                            "pass a list or a function returning a fresh"):
+            trainer.fit(batches, epochs=3)
+    with pytest.raises(TypeError, match=r"Trainer.fit: val is an iterator"):
+        trainer.fit(_batches(x, y), epochs=2, val=iter(_batches(x, y)))
+    _assert_unchanged(before, params, optimizer)
+    assert trainer.epoch == 0 and not started
+    # one epoch over an iterator is fine, and a used iterator gives a clear error, not NaN
+    once = iter(_batches(x, y))
+    assert trainer.fit(once, epochs=1, val=iter(_batches(x, y)))["epoch"] == [1]
+    with pytest.raises(ValueError, match="train_batches gave no batches in epoch 2"):
+        trainer.fit(once, epochs=1)
+    with pytest.raises(ValueError, match="Trainer.evaluate: the validation batches gave no"):
+        trainer.evaluate(once)
+
+
+class _Duck:                     # a hook that does not derive from Hook
+    def __init__(self):
+        self.epochs = 0
+
+    def on_epoch_end(self, trainer, logs):
+        self.epochs += 1
+
+
+def test_hooks_are_checked_at_construction():
+    step, params = _model()
+    optimizer = nn.GD(params)
+    with pytest.raises(TypeError, match=r"Trainer: hooks\[0\] is the class EarlyStopping; pass "
+                                        r"an instance: EarlyStopping\(...\)"):
+        nn.Trainer(step, optimizer, hooks=[nn.EarlyStopping])
+    with pytest.raises(TypeError, match=r"Trainer: hooks\[1\] must be a hook .* got int 42"):
+        nn.Trainer(step, optimizer, hooks=[nn.StopOnNaN(), 42])
+    with pytest.raises(TypeError, match=r"Trainer: hooks\[0\] must be a hook .* got str 'a'"):
+        nn.Trainer(step, optimizer, hooks=["a"])
+    for single in (nn.StopOnNaN(), nn.History(), _Duck(), "progress"):
+        with pytest.raises(TypeError, match="hooks must be a list of hooks, got .*put a single "
+                                            "hook in a list"):
+            nn.Trainer(step, optimizer, hooks=single)
+    stopper = nn.EarlyStopping("loss")
+    with pytest.raises(ValueError, match=r"hooks\[2\] is the same EarlyStopping as hooks\[0\]; "
+                                         "its callbacks would run twice"):
+        nn.Trainer(step, optimizer, hooks=[stopper, nn.StopOnNaN(), stopper])
+    duck = _Duck()
+    x, y = _problem()
+    nn.Trainer(step, optimizer, hooks=[duck]).fit(_batches(x, y), epochs=2)
+    assert duck.epochs == 2
+    assert len(nn.Trainer(step, optimizer, hooks=None).hooks) == 1      # the History
+
+
+def test_metrics_are_checked_at_construction():
+    step, params = _model()
+    optimizer = nn.GD(params)
+    with pytest.raises(TypeError, match=r"metrics\['acc'\] is the class Accuracy; pass an "
+                                        r"instance: Accuracy\(...\)"):
+        nn.Trainer(step, optimizer, metrics={"acc": nn.Accuracy})
+    with pytest.raises(TypeError, match=r"metrics\['acc'\] must be a metric .* got int 1"):
+        nn.Trainer(step, optimizer, metrics={"acc": 1})
+    with pytest.raises(TypeError, match="metrics must be a dict of name: metric.* got list"):
+        nn.Trainer(step, optimizer, metrics=[nn.Accuracy()])
+    with pytest.raises(TypeError, match="metric names must be strings, got 0"):
+        nn.Trainer(step, optimizer, metrics={0: nn.Accuracy()})
+    for taken in ("loss", "lr", "epoch", "val_accuracy"):
+        # "loss" would silently replace the epoch's mean loss in the logs
+        with pytest.raises(ValueError, match=f"metric name '{taken}' would overwrite the epoch "
+                                             "logs' own entry"):
+            nn.Trainer(step, optimizer, metrics={taken: nn.MSE()})
