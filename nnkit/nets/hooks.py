@@ -5,10 +5,14 @@ loss curves). See ``nnkit.nets.trainer`` for the training protocol they plug int
 
 __all__ = ['Hook', 'History', 'ProgressBar', 'EarlyStopping', 'SaveBest', 'StopOnNaN',
            'LRSchedule', 'PlotHistory']
+import copy
 import math
+import numbers
+import os
 import time
 
 from .. import backend
+from ..optim.base import Optimizer
 from ..optim.schedules import Best, ReduceOnPlateau
 from .metrics import MeanLoss
 
@@ -26,7 +30,9 @@ class Hook:
     - ``on_fit_end(trainer)``: after the last epoch (also after a stop).
 
     ``trainer.stop(reason)`` ends training after the current batch or epoch; the reason is
-    printed and kept in ``trainer.stop_reason``. ``trainer.steps`` counts optimizer updates.
+    printed and kept in ``trainer.stop_reason``. ``trainer.steps`` counts optimizer updates;
+    ``trainer.val`` is the fit's validation data (None without). An error raised in
+    ``on_fit_start`` stops ``fit`` before anything trains: the place to check a configuration.
     """
 
     def on_fit_start(self, trainer):
@@ -60,10 +66,32 @@ class History(Hook, dict):
             self.setdefault(key, []).append(value)
 
 
+def _metric_name(owner, metric):
+    if not isinstance(metric, str):
+        raise TypeError(f"{owner}: metric must be the name of an epoch log entry such as "
+                        f"'val_loss', got {type(metric).__name__} {metric!r}")
+    return metric
+
+
+def _check_flag(owner, name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: {name} must be True or False, got {type(value).__name__} "
+                        f"{value!r}")
+    return value
+
+
+def _check_validated(owner, trainer, metric):
+    """Refuse, before training, a ``val_*`` metric in a fit without validation data."""
+    if metric.startswith("val_") and trainer.val is None:
+        raise ValueError(f"{owner}: monitors '{metric}', but fit() has no validation data; "
+                         "pass fit(..., val=...) or monitor a training entry such as 'loss'")
+
+
 def _metric_value(owner, logs, metric):
+    """``logs[metric]``; a missing entry is a ValueError listing the entries there are."""
     if metric not in logs:
-        raise KeyError(f"{owner}: no '{metric}' in the epoch logs; available: "
-                       f"{sorted(logs)} (val_* entries need fit(..., val=...))")
+        raise ValueError(f"{owner}: no '{metric}' in the epoch logs; available: "
+                         f"{sorted(logs)} (val_* entries need fit(..., val=...))")
     return logs[metric]
 
 
@@ -114,20 +142,32 @@ class EarlyStopping(Hook):
     """Stop when ``metric`` has not improved for ``patience`` epochs.
 
     ``mode="min"`` for losses, ``"max"`` for accuracies; an improvement must exceed
-    ``min_delta``. ``best`` and ``best_epoch`` hold the best value and its epoch.
+    ``min_delta``. ``best`` and ``best_epoch`` hold the best value and its epoch. A ``val_*``
+    metric in a fit without validation data is refused before training; a metric missing from
+    the logs raises ValueError at the first epoch's end.
     """
 
     def __init__(self, metric="val_loss", patience=5, mode="min", min_delta=0.0):
-        if not (isinstance(patience, int) and patience >= 1):
+        self.metric = _metric_name("EarlyStopping", metric)
+        if isinstance(patience, bool) or not isinstance(patience, numbers.Integral):
+            raise TypeError(f"EarlyStopping: patience must be a positive integer, got "
+                            f"{type(patience).__name__} {patience!r}")
+        if patience < 1:
             raise ValueError(f"EarlyStopping: patience must be a positive integer, "
                              f"got {patience!r}")
-        self.metric, self.patience = metric, patience
+        if isinstance(min_delta, bool) or not isinstance(min_delta, numbers.Real):
+            raise TypeError(f"EarlyStopping: min_delta must be a number >= 0, got "
+                            f"{type(min_delta).__name__} {min_delta!r}")
+        self.patience = int(patience)
         self.monitor = Best(mode, min_delta, "EarlyStopping")
         self.best_epoch = None
 
     @property
     def best(self):
         return self.monitor.best
+
+    def on_fit_start(self, trainer):
+        _check_validated("EarlyStopping", trainer, self.metric)
 
     def on_epoch_end(self, trainer, logs):
         if self.monitor.update(_metric_value("EarlyStopping", logs, self.metric)):
@@ -143,23 +183,44 @@ class SaveBest(Hook):
     ``model`` is what to save (an FFN, dict or list; the optimizer's parameters by default);
     ``optimizer=True`` also saves the optimizer's state. The checkpoint's extra data holds the
     epoch and the metric. ``restore=True`` loads the best parameters back at the end of fit.
+
+    The folder of ``path`` must exist and be writable when fit starts (checked before
+    training). The write is atomic: a failed save leaves the previous checkpoint whole, and
+    the hook's best value and epoch as they were.
     """
 
     def __init__(self, path, metric="val_loss", mode="min", model=None, optimizer=False,
                  restore=False):
-        self.path, self.metric, self.model = path, metric, model
-        self.save_optimizer, self.restore = optimizer, restore
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"SaveBest: path must be a str or a path, got "
+                            f"{type(path).__name__} {path!r}")
+        self.path, self.metric, self.model = path, _metric_name("SaveBest", metric), model
+        self.save_optimizer = _check_flag("SaveBest", "optimizer", optimizer)
+        self.restore = _check_flag("SaveBest", "restore", restore)
         self.monitor = Best(mode, 0.0, "SaveBest")
         self.best_epoch = None
+
+    def on_fit_start(self, trainer):
+        _check_validated("SaveBest", trainer, self.metric)
+        path = os.path.abspath(os.fspath(self.path))
+        folder = os.path.dirname(path)
+        if os.path.isdir(path):
+            raise ValueError(f"SaveBest: path '{path}' is a folder; give a file name")
+        if not os.path.isdir(folder):
+            raise ValueError(f"SaveBest: the folder '{folder}' of path '{path}' does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(f"SaveBest: the folder '{folder}' of path '{path}' is not "
+                                  "writable")
 
     def on_epoch_end(self, trainer, logs):
         from ..io import save
         value = _metric_value("SaveBest", logs, self.metric)
-        if self.monitor.update(value):
-            self.best_epoch = trainer.epoch
+        if copy.copy(self.monitor).update(value):     # the hook changes once the file is saved
             save(self.path, self.model if self.model is not None else trainer.params,
                  optimizer=trainer.optimizer if self.save_optimizer else None,
                  extra={"epoch": trainer.epoch, self.metric: float(value)})
+            self.best_epoch = trainer.epoch
+        self.monitor.update(value)
 
     def on_fit_end(self, trainer):
         if self.restore and self.best_epoch is not None:
@@ -195,14 +256,44 @@ class StopOnNaN(Hook):
 class LRSchedule(Hook):
     """Drive a learning-rate schedule: ``every="epoch"`` (after each epoch) or ``"step"``
     (after each update). A ``ReduceOnPlateau`` gets ``logs[metric]`` (default ``val_loss``,
-    or ``loss`` without validation data) each epoch."""
+    or ``loss`` without validation data) each epoch; ``metric`` is for it only.
+
+    ``schedule`` is a schedule instance (``nn.StepLR(optimizer, 10)``, or any object with
+    ``step()``), not an optimizer; when fit starts, a schedule's ``optimizer`` must be the
+    trainer's (a schedule of another optimizer would leave the trained one's rate unchanged).
+    """
 
     def __init__(self, schedule, every="epoch", metric=None):
+        if isinstance(schedule, type):
+            raise TypeError(f"LRSchedule: schedule is the class {schedule.__name__}; pass an "
+                            f"instance: {schedule.__name__}(optimizer, ...)")
+        if isinstance(schedule, Optimizer):
+            raise TypeError(f"LRSchedule: schedule must be a learning-rate schedule, got the "
+                            f"optimizer {type(schedule).__name__}; wrap it, e.g. "
+                            "LRSchedule(nn.StepLR(optimizer, 10))")
+        if not callable(getattr(schedule, "step", None)):
+            raise TypeError(f"LRSchedule: schedule must be a learning-rate schedule (with "
+                            f"step()), got {type(schedule).__name__} {schedule!r}")
         if every not in ("epoch", "step"):
             raise ValueError(f"LRSchedule: every must be 'epoch' or 'step', got {every!r}")
         if every == "step" and isinstance(schedule, ReduceOnPlateau):
             raise ValueError("LRSchedule: ReduceOnPlateau steps once per epoch")
+        if metric is not None:
+            if not isinstance(schedule, ReduceOnPlateau):
+                raise ValueError(f"LRSchedule: metric is read by ReduceOnPlateau only, not by "
+                                 f"{type(schedule).__name__}; leave it out")
+            _metric_name("LRSchedule", metric)
         self.schedule, self.every, self.metric = schedule, every, metric
+
+    def on_fit_start(self, trainer):
+        driven = getattr(self.schedule, "optimizer", trainer.optimizer)
+        if driven is not trainer.optimizer:
+            raise ValueError(f"LRSchedule: the schedule drives another optimizer "
+                             f"({type(driven).__name__}) than the trainer's "
+                             f"({type(trainer.optimizer).__name__}); build the schedule on "
+                             "the trainer's optimizer")
+        if self.metric is not None:
+            _check_validated("LRSchedule", trainer, self.metric)
 
     def on_batch_end(self, trainer, logs):
         if self.every == "step":
@@ -222,10 +313,16 @@ class PlotHistory(Hook):
     """Plot the loss curves (and other metrics, in a second panel) at the end of fit.
 
     ``path``: save the figure there (no window opens); None shows it with pyplot.
-    ``every_epoch=True`` redraws the file after each epoch. Needs ``matplotlib``.
+    ``every_epoch=True`` redraws the file after each epoch (it needs a ``path``). Needs
+    ``matplotlib``.
     """
 
     def __init__(self, path=None, every_epoch=False):
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"PlotHistory: path must be None, a str or a path, got "
+                            f"{type(path).__name__} {path!r}")
+        if _check_flag("PlotHistory", "every_epoch", every_epoch) and path is None:
+            raise ValueError("PlotHistory: every_epoch=True redraws a file; give a path")
         try:
             import matplotlib  # noqa: F401
         except ImportError:

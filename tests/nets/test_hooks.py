@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from tests.nets.test_trainer import _batches, _model, _problem
+from tests.nets.test_trainer import (_assert_unchanged, _batches, _model, _problem,
+                                     _snapshot, _trained_adam)
 
 
 def test_early_stopping_on_a_plateau():
@@ -19,9 +20,39 @@ def test_early_stopping_on_a_plateau():
         _batches(x, y), epochs=20, val=_batches(x, y))
     assert history["epoch"] == [1, 2, 3, 4]
     assert stopper.best_epoch == 1
-    with pytest.raises(KeyError, match="no 'val_accuracy' in the epoch logs"):
+    with pytest.raises(ValueError, match=r"EarlyStopping: no 'val_accuracy' in the epoch logs; "
+                                         r"available: \['epoch', 'loss', "):
         nn.Trainer(step, nn.GD(params), hooks=[nn.EarlyStopping("val_accuracy")]).fit(
             _batches(x, y), val=_batches(x, y))
+
+
+def test_a_val_metric_without_validation_data_is_refused_before_training():
+    x, y, step, params, optimizer = _trained_adam()
+    before = _snapshot(params, optimizer)
+    plateau = nn.ReduceOnPlateau(optimizer, patience=0)
+    for hook, owner in [(nn.EarlyStopping(), "EarlyStopping"),          # monitors val_loss
+                        (nn.SaveBest("best.npz", "val_accuracy"), "SaveBest"),
+                        (nn.LRSchedule(plateau, metric="val_loss"), "LRSchedule")]:
+        trainer = nn.Trainer(step, optimizer, hooks=[hook])
+        with pytest.raises(ValueError, match=f"{owner}: monitors 'val_.*', but fit\\(\\) has no "
+                                             "validation data"):
+            trainer.fit(_batches(x, y), epochs=3)
+        assert trainer.epoch == 0 and "loss" not in trainer.history
+    _assert_unchanged(before, params, optimizer)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"patience": 0}, ValueError, "patience must be a positive integer, got 0"),
+    ({"patience": -3}, ValueError, "patience must be a positive integer, got -3"),
+    ({"patience": 2.5}, TypeError, "patience must be a positive integer, got float 2.5"),
+    ({"patience": True}, TypeError, "patience must be a positive integer, got bool True"),
+    ({"metric": 5}, TypeError, "metric must be the name of an epoch log entry .* got int 5"),
+    ({"min_delta": "0.1"}, TypeError, "min_delta must be a number >= 0, got str '0.1'"),
+    ({"min_delta": -0.1}, ValueError, "min_delta must be >= 0"),
+    ({"mode": "maximum"}, ValueError, "mode must be 'min' or 'max'")])
+def test_early_stopping_arguments(kwargs, error, message):
+    with pytest.raises(error, match=f"EarlyStopping: {message}"):
+        nn.EarlyStopping(**kwargs)
 
 
 def test_early_stopping_max_mode_and_message(capsys):
@@ -56,6 +87,57 @@ def test_save_best_keeps_the_best_epoch(tmp_path):
     for p, best in zip(params, snapshots[4]):       # restore=True put them back
         np.testing.assert_array_equal(p.data, best)
     np.testing.assert_array_equal(checkpoint.model["0"].data, snapshots[4][0])
+
+
+def test_save_best_checks_its_path_before_training(tmp_path, monkeypatch):
+    x, y, step, params, optimizer = _trained_adam()
+    before = _snapshot(params, optimizer)
+    (tmp_path / "file").write_text("")
+    for path, error, message in [
+            (tmp_path / "missing" / "best.npz", ValueError, "the folder '.*missing' of path"),
+            (tmp_path / "file" / "best.npz", ValueError, "the folder '.*file' of path"),
+            (tmp_path, ValueError, "is a folder; give a file name")]:
+        trainer = nn.Trainer(step, optimizer, hooks=[nn.SaveBest(path, "loss")])
+        with pytest.raises(error, match=f"SaveBest: .*{message}"):
+            trainer.fit(_batches(x, y), epochs=2)
+        assert trainer.epoch == 0
+    monkeypatch.setattr("os.access", lambda path, mode: False)    # (root may write anywhere)
+    with pytest.raises(PermissionError, match="SaveBest: the folder .* is not writable"):
+        nn.Trainer(step, optimizer, hooks=[nn.SaveBest(tmp_path / "b.npz", "loss")]).fit(
+            _batches(x, y))
+    _assert_unchanged(before, params, optimizer)
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]
+
+
+def test_save_best_a_failed_save_keeps_the_checkpoint_and_the_best(tmp_path, monkeypatch):
+    import nnkit.io
+    x, y = _problem()
+    step, params = _model()
+    path = tmp_path / "best.npz"
+    saver = nn.SaveBest(path, "loss")
+    trainer = nn.Trainer(step, nn.Adam(params, lr=0.05), hooks=[saver])
+    trainer.fit(_batches(x, y), epochs=1)
+    saved, best = path.read_bytes(), saver.monitor.best
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(nnkit.io, "save", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        trainer.fit(_batches(x, y), epochs=1)       # the loss improves: SaveBest saves
+    assert saver.monitor.best == best and saver.monitor.bad == 0 and saver.best_epoch == 1 and path.read_bytes() == saved
+    assert [p.name for p in tmp_path.iterdir()] == ["best.npz"]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"path": None}, TypeError, "path must be a str or a path, got NoneType None"),
+    ({"metric": ("val_loss",)}, TypeError, "metric must be the name of an epoch log entry"),
+    ({"optimizer": "adam"}, TypeError, "optimizer must be True or False, got str 'adam'"),
+    ({"restore": 1}, TypeError, "restore must be True or False, got int 1"),
+    ({"mode": "best"}, ValueError, "mode must be 'min' or 'max'")])
+def test_save_best_arguments(kwargs, error, message):
+    with pytest.raises(error, match=f"SaveBest: {message}"):
+        nn.SaveBest(**{"path": "best.npz", **kwargs})
 
 
 def test_stop_on_nan_names_the_loss_and_leaves_parameters(capsys):
@@ -114,6 +196,39 @@ def test_lr_schedule_per_epoch_per_step_and_on_plateau():
     assert history["lr"] == pytest.approx([1.0, 1.0, 0.1]) and opt.lr == pytest.approx(0.01)
 
 
+def test_lr_schedule_refuses_what_is_not_a_schedule_of_the_trainers_optimizer():
+    x, y, step, params, optimizer = _trained_adam()
+    with pytest.raises(TypeError, match=r"LRSchedule: schedule is the class StepLR; pass an "
+                                        r"instance: StepLR\(optimizer, ...\)"):
+        nn.LRSchedule(nn.StepLR)
+    # an optimizer has step() too: driven as a schedule it would update once more per epoch
+    with pytest.raises(TypeError, match="LRSchedule: schedule must be a learning-rate "
+                                        "schedule, got the optimizer Adam; wrap it"):
+        nn.LRSchedule(optimizer)
+    with pytest.raises(TypeError, match="schedule must be a learning-rate schedule .* got "
+                                        "float 0.1"):
+        nn.LRSchedule(0.1)
+    with pytest.raises(ValueError, match="LRSchedule: metric is read by ReduceOnPlateau only, "
+                                         "not by StepLR"):
+        nn.LRSchedule(nn.StepLR(optimizer, 1), metric="val_loss")
+    with pytest.raises(ValueError, match="LRSchedule: every must be 'epoch' or 'step'"):
+        nn.LRSchedule(nn.StepLR(optimizer, 1), every="batch")
+    before = _snapshot(params, optimizer)
+    other = nn.GD(params, lr=1.0)
+    trainer = nn.Trainer(step, optimizer, hooks=[nn.LRSchedule(nn.StepLR(other, 1))])
+    with pytest.raises(ValueError, match=r"LRSchedule: the schedule drives another optimizer "
+                                         r"\(GD\) than the trainer's \(Adam\)"):
+        trainer.fit(_batches(x, y), epochs=2)
+    _assert_unchanged(before, params, optimizer)
+
+    class Halve:                 # any object with step() is a schedule
+        def step(self):
+            optimizer.lr /= 2
+
+    nn.Trainer(step, optimizer, hooks=[nn.LRSchedule(Halve())]).fit(_batches(x, y), epochs=2)
+    assert optimizer.lr == pytest.approx(0.05 / 4)
+
+
 def test_progress_bar_prints_one_line_per_epoch():
     pytest.importorskip("tqdm")
     x, y = _problem()
@@ -139,3 +254,14 @@ def test_plot_history_saves_a_figure(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG"
     width, height = struct.unpack(">II", path.read_bytes()[16:24])
     assert (width, height) == (1000, 400)       # two panels: the losses, then the accuracies
+
+
+def test_plot_history_arguments():
+    pytest.importorskip("matplotlib")
+    with pytest.raises(ValueError, match="PlotHistory: every_epoch=True redraws a file; give a "
+                                         "path"):
+        nn.PlotHistory(every_epoch=True)
+    with pytest.raises(TypeError, match="PlotHistory: every_epoch must be True or False"):
+        nn.PlotHistory("curves.png", every_epoch="yes")
+    with pytest.raises(TypeError, match="PlotHistory: path must be None, a str or a path"):
+        nn.PlotHistory(3)
