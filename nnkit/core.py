@@ -9,6 +9,7 @@ before their children, so descending index is a reverse topological order) and c
 import copy
 import functools
 import itertools
+import numbers
 import operator
 import threading
 
@@ -159,6 +160,45 @@ def unbroadcast(g, shape):
     return g
 
 
+def _conform(g, data):
+    """``g`` as a gradient of ``data``: summed over broadcast axes, in ``data``'s dtype."""
+    if g.shape != data.shape:
+        g = unbroadcast(g, data.shape)
+    if g.dtype != data.dtype:
+        g = g.astype(data.dtype)
+    return g
+
+
+def _owned_copy(g, data):
+    """A copy of the gradient ``g`` that a node may add into in place: an array of ``data``'s
+    dtype. (NumPy gives a 0-d result as a scalar, which ``+=`` would rebind, not update.)"""
+    if isinstance(g, numpy.generic):
+        return numpy.array(g, dtype=data.dtype)
+    return g.astype(data.dtype)          # astype copies
+
+
+def _gradient_from_user(value, node):
+    """What ``node.g = value`` stores: a number fills the node's shape, an array (or list) of
+    the node's shape is taken in its dtype; anything else is refused, naming the node."""
+    data = node._data
+    where = f".g of {node._describe()}"
+    if isinstance(value, NetVar):
+        value = value._data
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return backend.array_module(data).full(data.shape, value, dtype=data.dtype)
+    if isinstance(value, (list, tuple)):
+        value = numpy.asarray(value)
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")) or value.dtype.kind not in "iuf":
+        kind = getattr(value, "dtype", type(value).__name__)
+        raise TypeError(f"{where}: assign a number, None or a float array of shape "
+                        f"{tuple(data.shape)}, not {kind}")
+    backend.check_same_device(where, data, value)
+    if value.shape != data.shape:
+        raise ValueError(f"{where}: the gradient must have the node's shape "
+                         f"{tuple(data.shape)}, got {tuple(value.shape)}")
+    return value.astype(data.dtype, copy=False)
+
+
 def _to_array(data, dtype, owner="NetVar"):
     """The dtype policy: float arrays keep their dtype, everything else becomes nnkit's dtype."""
     if isinstance(data, NetVar):
@@ -285,19 +325,28 @@ class NetVar:
 
     @property
     def g(self):
-        """The gradient, same shape as ``data``: zeros until ``back()`` reaches this node."""
+        """The gradient: an array of this node's shape and dtype, zeros until ``back()`` reaches it.
+
+        Assigning works as a PyTorch user expects: ``p.g = 0`` (any number) fills it, ``p.g = None``
+        resets it, an array of the node's shape is taken (converted to the node's dtype); any other
+        shape, a non-numeric value or an array on another device is refused at the assignment.
+        """
         if self._g is None:
             self._g = backend.array_module(self._data).zeros_like(self._data)
             self._gshared = False
-        elif self._gshared:
-            self._g = self._g.copy()      # the array may be shared with another node's gradient
+        elif self._gshared:       # the array may be another node's gradient: copy before a user edits it
+            self._g = _owned_copy(self._g, self._data)
             self._gshared = False
         return self._g
 
     @g.setter
     def g(self, value):
-        self._g = value
-        self._gshared = False
+        if value is self._g:              # `x.g += ...`: the getter's own array, edited in place
+            self._gshared = False
+        elif value is None:
+            self.reset()
+        else:                             # kept as shared: the caller's array is never edited
+            self._g, self._gshared = _gradient_from_user(value, self), True
 
     def accumulate(self, g):
         """Add the contribution ``g`` to this node's gradient.
@@ -317,36 +366,38 @@ class NetVar:
         """
         mine = self._g
         if mine is None:          # the first contribution: kept, not copied (it may be shared)
-            if g.shape != self._data.shape:
-                g = unbroadcast(g, self._data.shape)
+            data = self._data
+            if g.shape != data.shape or g.dtype is not data.dtype:
+                g = _conform(g, data)
             self._g = g
             self._gshared = True
-        elif self._gshared:       # the second: a new array, which this node owns
-            self._g = mine + unbroadcast(g, self._data.shape)
+            return
+        if self._gshared:         # the second: a copy this node owns (of its dtype, an array)
+            self._g = mine = _owned_copy(mine, self._data)
             self._gshared = False
-        else:
-            # Later contributions go in place into the array this node owns. NumPy raises for a
-            # g that must be summed first, so the common case pays for no shape comparison.
-            try:
-                mine += g
-            except ValueError:
-                mine += unbroadcast(g, self._data.shape)
+        # Later contributions go in place into the array this node owns, which keeps its dtype.
+        # NumPy raises for a g that must be summed first, so the common case pays for no shape
+        # comparison.
+        try:
+            mine += g
+        except ValueError:
+            mine += unbroadcast(g, self._data.shape)
 
     def _accumulate_elementwise(self, g):
         """``_accumulate(g)`` for the gradient an elementwise one-input op passes its input.
 
-        Such a g has this node's shape by construction, and the node needs a gradient (the op
-        recorded it as its parent), so both tests are skipped: ~0.1 µs of a tiny op's backward.
+        Such a g has this node's shape and dtype by construction, and the node needs a gradient
+        (the op recorded it as its parent), so both tests are skipped on the hottest path.
         """
         mine = self._g
         if mine is None:
             self._g = g
             self._gshared = True
-        elif self._gshared:
-            self._g = mine + g
+            return
+        if self._gshared:
+            self._g = mine = _owned_copy(mine, self._data)
             self._gshared = False
-        else:
-            mine += g
+        mine += g
 
     def reset(self):
         """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
@@ -420,10 +471,32 @@ class NetVar:
 
     def item(self):
         """The value as a Python number (the node must hold exactly one element)."""
+        return self._single_value("item()")
+
+    def __float__(self):
+        return float(self._single_value("float()"))
+
+    def __int__(self):
+        return int(self._single_value("int()"))
+
+    def _single_value(self, caller):
         if self._data.size != 1:
-            raise ValueError(f"item(): {self._describe()} holds {self._data.size} elements, "
+            raise ValueError(f"{caller}: {self._describe()} holds {self._data.size} elements, "
                              "not one")
         return self._data.item()
+
+    def tolist(self):
+        """The value as nested Python lists (copied from the GPU when it lives there)."""
+        return backend.to_cpu(self._data).tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        """``numpy.asarray(node)`` gives its values (``.numpy()`` for data on a GPU)."""
+        if not isinstance(self._data, (_ndarray, numpy.generic)):
+            raise TypeError(f"numpy.asarray(): {self._describe()} lives on {self.device}; "
+                            "bring it to the host with .numpy() first")
+        if copy:
+            return numpy.array(self._data, dtype=dtype, copy=True)
+        return numpy.asarray(self._data, dtype=dtype)
 
     def numpy(self):
         """The value as a NumPy array (copied from the GPU when it lives there)."""
@@ -480,6 +553,32 @@ class NetVar:
 
     __hash__ = object.__hash__
 
+    # -- PyTorch's spellings, answered with nnkit's. __getattr__ runs only when the ordinary
+    # lookup fails, so this costs nothing on any path that works.
+    def __getattr__(self, name):
+        spelling = _TORCH_SPELLINGS.get(name)
+        if spelling is None:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        raise AttributeError(f"{type(self).__name__} has no attribute '{name}': "
+                             f"nnkit spells it {spelling}")
+
+    @property
+    def grad(self):
+        return self.__getattr__("grad")
+
+    @grad.setter
+    def grad(self, value):
+        self.__getattr__("grad")
+
+
+_TORCH_SPELLINGS = {
+    "backward": "back()", "grad": ".g (assign .g = None or call reset() to clear it)",
+    "zero_grad": "reset()", "zero_": "reset() for the gradient", "requires_grad_":
+    "requires_grad = True", "cpu": "to_cpu()", "cuda": "to_gpu()", "to": "to_gpu() / to_cpu()",
+    "view": "reshape()", "permute": "transpose()", "dim": "ndim", "numel": "size",
+    "grad_fn": "parents", "is_leaf": "not parents",
+}
+
 
 # ----------------------------------------------------------------------------- NetOp
 
@@ -513,7 +612,18 @@ class NetOp(NetVar):
             check_forward(self, parents)
 
     def _back(self, *parents):
-        """Add each parent's gradient contribution. The base class has nothing to add."""
+        """Add each parent's gradient contribution: every subclass defines its own.
+
+        ``super()._back()`` with no arguments (as the article's ops end) does nothing; the
+        engine calls ``_back`` with the parents, which reaches here only when the subclass
+        defines no backward rule, and that must not pass as a zero gradient.
+        """
+        if parents:
+            raise NotImplementedError(
+                f"back(): {type(self).__name__} defines no _back, so nnkit cannot "
+                f"backpropagate through {self._describe()}; give the op a "
+                f"_back(self, {', '.join(f'input{i}' for i in range(len(parents)))}) that "
+                "accumulates each input's gradient")
 
 
 def _link(node, data, a, b=None):

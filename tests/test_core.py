@@ -375,3 +375,151 @@ def test_mode_switches_as_decorators_set_their_own_mode():
         assert not (w * w).parents
     assert evaluating() is False and nn.is_training()
     assert recorded.__name__ == "recorded"
+
+
+# ---------------------------------------------------------------- gradients at the seams
+
+@pytest.mark.parametrize("reduce", [
+    lambda x: x.sum(), lambda x: x.mean(), lambda x: x.max(), lambda x: x.norm(),
+    lambda x: nn.Sum(x, axis=(0, 1), keepdims=True)])       # 0-d and (1, 1)
+@pytest.mark.parametrize("consumers", [3, 5])
+def test_a_scalar_read_by_many_consumers_gets_every_contribution(reduce, consumers, rng):
+    x = var64(rng, 2, 3)
+    m = reduce(x)
+    total = m * 2.0
+    for k in range(3, consumers + 2):
+        total = total + m * float(k)
+    total.sum().back()
+    weight = sum(range(2, consumers + 2))
+    reference = var64(rng, 2, 3)
+    reference.data[...] = x.data
+    (reduce(reference) * float(weight)).sum().back()
+    np.testing.assert_allclose(x.g, reference.g, rtol=1e-12)
+    assert type(m.g) is np.ndarray and m.g.shape == m.shape and m.g.dtype == m.dtype
+    assert m.g.item() == weight
+
+
+def test_a_scalar_loss_used_twice_and_the_issue_example():
+    x = nn.NetVar(np.ones((2, 3)))
+    m = x.sum()
+    (m * 2 + m * 3 + m * 4).back()
+    np.testing.assert_array_equal(x.g, np.full((2, 3), 9.0))
+
+
+def test_zero_grad_by_assignment_keeps_training(rng):
+    """micrograd's idiom: `p.g = 0` between steps, then back() and a step that moves p."""
+    w = var64(rng, 3, 2)
+    x = var64(rng, 4, 3, requires_grad=False)
+    optimizer = nn.GD([w], lr=0.1)
+    losses = []
+    for _ in range(20):
+        w.g = 0
+        loss = nn.L2Loss(x @ w, np.zeros((4, 2)))
+        loss.back()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    assert type(w.g) is np.ndarray and w.g.shape == (3, 2) and w.g.dtype == np.float64
+
+
+def test_what_a_user_assigns_to_g_is_taken_correctly_or_refused():
+    p = nn.NetVar(np.ones((2, 3), np.float32))
+    p.g = 1.5
+    np.testing.assert_array_equal(p.g, np.full((2, 3), 1.5, np.float32))
+    assert p.g.dtype == np.float32
+    p.g = None
+    assert p._g is None and not p.g.any()
+    p.g = np.arange(6.0).reshape(2, 3)                      # float64 in: float32 kept
+    assert p.g.dtype == np.float32 and p.g[1, 2] == 5.0
+    p.g = [[1, 2, 3], [4, 5, 6]]
+    assert p.g.dtype == np.float32 and p.g.sum() == 21
+    p.g[...] = 0                                            # in place still works
+    assert not p.g.any()
+    mine = np.ones((2, 3), np.float32)
+    p.g = mine
+    (p * 2.0).sum().back()                                  # accumulates into a copy, not mine
+    np.testing.assert_array_equal(mine, np.ones((2, 3)))
+    np.testing.assert_array_equal(p.g, np.full((2, 3), 3.0))
+    before = p.g.copy()
+    for value, error, message in [
+            (np.ones((1, 3)), ValueError, r"\.g of NetVar #\d+ of shape \(2, 3\): the gradient "
+                                          r"must have the node's shape \(2, 3\), got \(1, 3\)"),
+            (np.ones(6), ValueError, r"got \(6,\)"),
+            ("zero", TypeError, r"\.g of NetVar #\d+ .*not str"),
+            (True, TypeError, r"not bool"),
+            (np.array(["a"]), TypeError, r"not <U1"),
+            (np.ones((2, 3), complex), TypeError, r"not complex128")]:
+        with pytest.raises(error, match=message):
+            p.g = value
+        np.testing.assert_array_equal(p.g, before)          # a refused assignment changes nothing
+
+
+def test_article_style_g_plus_equals_edits_the_nodes_own_gradient(rng):
+    x = var64(rng, 2, 2)
+    (x * 3.0).sum().back()
+    g = x.g
+    x.g += 1.0
+    assert x.g is g and x.g[0, 0] == 4.0
+
+
+@pytest.mark.parametrize("seed_dtype", [np.float32, np.float64])
+def test_gradient_has_the_dtype_of_its_node(seed_dtype, rng):
+    w = nn.NetVar(rng.standard_normal((3, 2)).astype(np.float32))
+    b = nn.NetVar(np.zeros((1, 2), np.float32))
+    x = nn.NetVar(rng.standard_normal((4, 3)).astype(seed_dtype), requires_grad=False)
+    h = x @ w + b                         # float64 data meets float32 parameters: float64 out
+    assert h.dtype == np.result_type(seed_dtype, np.float32)
+    loss = (h * h).sum() + (h * 2.0).sum() + h.sum()        # h read three times
+    loss.back()
+    for node in (w, b, h):
+        assert node.g.dtype == node.dtype and node.g.shape == node.shape
+    x64 = x.data.astype(np.float64)
+    h64 = x64 @ w.data.astype(np.float64)
+    np.testing.assert_allclose(w.g, x64.T @ (2 * h64 + 3), rtol=1e-5)
+    s = nn.Sum(nn.constant(np.float32(2.0)) * nn.constant(np.ones((2, 2))))
+    assert s.dtype == np.float64
+
+
+def test_gradient_dtype_at_each_contribution():
+    p = nn.constant(np.ones((2, 2), np.float32))
+    p.requires_grad = True
+    for step in range(3):                 # first, second (copied) and later (in place)
+        p.accumulate(np.ones((2, 2), np.float64))
+        assert p._g.dtype == np.float32, step
+    p.reset()
+    p.accumulate(np.ones((3, 2, 2), np.float64))       # broadcast and cast at the first
+    assert p.g.dtype == np.float32 and p.g[0, 0] == 3.0
+
+
+def test_an_op_without_a_backward_rule_refuses_to_backpropagate():
+    class Double(nn.NetOp):
+        def __init__(self, x):
+            super().__init__(x.data * 2, x)
+
+    x = nn.NetVar([1.0, 2.0])
+    y = Double(x)
+    with pytest.raises(NotImplementedError, match=r"back\(\): Double defines no _back"):
+        nn.Sum(y).back()
+    with nn.no_grad():                    # forward-only use stays fine
+        assert Double(x).data[0, 1] == 4.0
+
+
+def test_pytorch_spellings_name_nnkits():
+    x = nn.NetVar([[1.0, 2.0]])
+    for name, spelling in [("backward", r"back\(\)"), ("grad", r"\.g"),
+                           ("zero_grad", r"reset\(\)"), ("cuda", r"to_gpu\(\)")]:
+        with pytest.raises(AttributeError, match=rf"NetVar has no attribute '{name}': "
+                                                 rf"nnkit spells it {spelling}"):
+            getattr(x, name)
+    with pytest.raises(AttributeError, match=r"nnkit spells it \.g"):
+        x.grad = None
+    assert not hasattr(x, "backward")
+    with pytest.raises(AttributeError, match=r"'NetVar' object has no attribute 'nope'$"):
+        x.nope
+    loss = nn.Sum(x)
+    assert float(loss) == 3.0 and int(loss) == 3 and isinstance(float(loss), float)
+    assert x.tolist() == [[1.0, 2.0]]
+    np.testing.assert_array_equal(np.asarray(x), [[1.0, 2.0]])
+    assert np.asarray(x, dtype=np.float64).dtype == np.float64
+    with pytest.raises(ValueError, match=r"float\(\): NetVar #\d+ of shape \(1, 2\) holds 2 "):
+        float(x)
