@@ -13,6 +13,7 @@ class AdaGrad(Optimizer):
     s starts at zero. Equals PyTorch's ``Adagrad`` (no lr decay, zero initial accumulator).
     """
     options = ("lr", "eps")
+    state_arrays = ("s",)
 
     def __init__(self, params, lr=0.01, eps=1e-10, modifiers=()):
         self.eps = eps

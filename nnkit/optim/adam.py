@@ -16,6 +16,8 @@ class Adam(Optimizer):
     """
     options = ("lr", "momentum", "rms", "eps")
     unit_interval = ("momentum", "rms")
+    state_arrays = ("m", "v")
+    state_counts = ("t",)
 
     def __init__(self, params, lr=0.001, momentum=0.9, rms=0.999, eps=1e-8, modifiers=()):
         self.momentum = momentum

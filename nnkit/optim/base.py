@@ -1,6 +1,9 @@
 """The Optimizer base: parameters (in groups), hyperparameters, modifiers and ``step()``."""
 
 __all__ = ['Optimizer']
+import math
+import numbers
+
 import numpy
 
 from .. import backend
@@ -33,19 +36,34 @@ class Optimizer:
     ``state_dict()`` / ``load_state_dict()`` save and restore the options and each
     parameter's state (arrays and plain numbers); the state arrays live on the parameter's
     device, and follow it at the next ``step()`` when it moves (``to_gpu()``/``to_cpu()``).
+
+    Errors: the parameters must be distinct leaf NetVars of a float dtype that require a
+    gradient, and at least one (an empty list is always a model whose parameters were not
+    found); a parameter listed twice, also in two groups, is refused (TypeError for a wrong
+    type, ValueError for the rest). Options must be real numbers: ``lr`` finite and >= 0,
+    ``eps`` finite and > 0, ``weight_decay`` finite and >= 0, momentum-like options in [0, 1).
+    They are checked wherever they are set (constructor, groups, ``load_state_dict``,
+    schedules) and again at each ``step()``, which catches ``opt.lr = ...`` or
+    ``group["lr"] = ...`` assigned directly. ``step()`` first checks every gradient (after
+    each gradient modifier too): an array of the parameter's type, shape and a float dtype,
+    or it raises ValueError naming the parameter and both shapes. A refused call changes
+    nothing: no parameter, gradient, option or state.
     """
     options = ("lr",)      # the constructor's hyperparameters, in order
     unit_interval = ()     # those of them that must lie in [0, 1)
+    state_arrays = None    # a parameter's state arrays (None: not checked by load_state_dict)
+    state_counts = ()      # a parameter's step counts (ints >= 1)
 
     def __init__(self, params, lr, modifiers=()):
         """Subclasses set their other options as attributes before calling this."""
+        name = type(self).__name__
         self.lr = lr
         self.param_groups = []
         self.params = []
         self.state = []
-        self._check_options({key: getattr(self, key) for key in self.options})
+        self._check_options({key: getattr(self, key) for key in self.options}, name)
         if isinstance(params, NetVar):
-            raise TypeError(f"{type(self).__name__}: params must be a list of NetVars, got one "
+            raise TypeError(f"{name}: params must be a list of NetVars, got one "
                             f"NetVar ({params._describe()}); write [w]")
         entries = list(params)
         if entries and all(isinstance(entry, dict) for entry in entries):
@@ -53,27 +71,34 @@ class Optimizer:
                 self.add_param_group(group)
         else:
             self.add_param_group({"params": entries})
+        if not self.params:
+            raise ValueError(f"{name}: got an empty parameter list, so step() would train "
+                             "nothing; pass the model's parameters (e.g. net.vars)")
+        if hasattr(modifiers, "modify_gradients") or hasattr(modifiers, "modify_weights"):
+            raise TypeError(f"{name}: modifiers must be a list, got one modifier "
+                            f"({modifiers!r}); write [modifier]")
         self.modifiers = []
         for modifier in modifiers:
             self.add_modifier(modifier)
 
     # -- groups and options
     def add_param_group(self, group):
-        """Add ``{"params": [...], option: value, ...}``: parameters with their own options."""
+        """Add ``{"params": [...], option: value, ...}``: parameters with their own options.
+
+        Everything is checked before the group is added: a refused group adds nothing."""
         name = type(self).__name__
         if not isinstance(group, dict) or "params" not in group:
             raise TypeError(f"{name}: a parameter group is a dict with a 'params' list, "
                             f"got {type(group).__name__}")
         overrides = {key: value for key, value in group.items() if key != "params"}
-        unknown = sorted(set(overrides) - set(self.options))
-        if unknown:
-            raise ValueError(f"{name}: unknown option(s) {unknown} in parameter group "
-                             f"{len(self.param_groups)}; options are {list(self.options)}")
-        self._check_options(overrides)
-        params = list(group["params"])
+        self._check_group(overrides, len(self.param_groups), name)
+        params = group["params"]
+        if isinstance(params, NetVar):
+            raise TypeError(f"{name}: a group's params must be a list of NetVars, got one "
+                            f"NetVar ({params._describe()}); write [w]")
+        params = list(params)
         known = {id(p) for p in self.params}
-        for p in params:
-            position = len(self.params)
+        for position, p in enumerate(params, start=len(self.params)):
             if not isinstance(p, NetVar):
                 raise TypeError(f"{name}: parameter {position} is a "
                                 f"{type(p).__name__}, not a NetVar")
@@ -83,25 +108,42 @@ class Optimizer:
             if p.parents:
                 raise TypeError(f"{name}: parameter {position} ({p._describe()}) is computed by "
                                 "an op; optimize the leaf NetVars it is computed from")
+            if not p.requires_grad:
+                raise ValueError(f"{name}: parameter {position} ({p._describe()}) does not "
+                                 "require a gradient (a constant), so it would never be "
+                                 "updated; leave it out or make it with requires_grad=True")
             if id(p) in known:
                 raise ValueError(f"{name}: parameter {position} ({p._describe()}) is listed "
                                  "twice")
             known.add(id(p))
-            self.params.append(p)
-            self.state.append({})
+        self.params.extend(params)
+        self.state.extend({} for _ in params)
         self.param_groups.append({"params": params, **overrides})
 
-    def _check_options(self, options):
-        """Raise for an option value out of range (subclasses add their own checks)."""
-        for key in ("lr", "eps", "weight_decay"):
-            if key in options and not options[key] >= 0:
-                what = "learning rate" if key == "lr" else key
-                raise ValueError(f"{type(self).__name__}: {what} must be >= 0, "
-                                 f"got {options[key]}")
-        for key in self.unit_interval:
-            if key in options and not 0 <= options[key] < 1:
-                raise ValueError(f"{type(self).__name__}: {key} must be in [0, 1), "
-                                 f"got {options[key]}")
+    def _check_group(self, overrides, index, where):
+        unknown = sorted(set(overrides) - set(self.options))
+        if unknown:
+            raise ValueError(f"{where}: unknown option(s) {unknown} in parameter group "
+                             f"{index}; options are {list(self.options)}")
+        self._check_options(overrides, where, f" (parameter group {index})")
+
+    def _check_options(self, options, where, group=""):
+        """Raise for an option value out of range (TypeError for one that is not a number)."""
+        for key, value in options.items():
+            if key in self.unit_interval:
+                rule, valid = _UNIT_INTERVAL
+            elif key in _RULES:
+                rule, valid = _RULES[key]
+            else:
+                continue
+            what = "learning rate" if key == "lr" else key
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"{where}: {what} must be a real number, got "
+                                f"{type(value).__name__} {value!r}{group}")
+            if not valid(value):
+                raise ValueError(f"{where}: {what} must be {rule}, got {value}{group}")
+            if value == math.inf:
+                raise ValueError(f"{where}: {what} must be finite, got {value}{group}")
 
     @property
     def learnRate(self):
@@ -109,45 +151,78 @@ class Optimizer:
 
     @learnRate.setter
     def learnRate(self, value):
+        self._check_options({"lr": value}, type(self).__name__)
         self.lr = value
 
     # -- modifiers
     def add_modifier(self, modifier):
-        """Attach a gradient or weight modifier (see ``nnkit.optim.modifiers``); returns it."""
+        """Attach a gradient or weight modifier (see ``nnkit.optim.modifiers``); returns it.
+
+        Refused: an object that is not a modifier, one attached already, and one whose
+        ``params`` selection names a NetVar this optimizer does not update (it would silently
+        do nothing for it)."""
+        name = type(self).__name__
         if not hasattr(modifier, "modify_gradients") and not hasattr(modifier, "modify_weights"):
-            raise TypeError(f"{type(self).__name__}: {modifier!r} is not a modifier "
+            raise TypeError(f"{name}: {modifier!r} is not a modifier "
                             "(it has neither modify_gradients nor modify_weights)")
+        if any(modifier is other for other in self.modifiers):
+            raise ValueError(f"{name}: {modifier!r} is attached already")
+        held = {id(p) for p in self.params}
+        for p in getattr(modifier, "params", None) or ():
+            if id(p) not in held:
+                raise ValueError(f"{name}: {type(modifier).__name__} applies to "
+                                 f"{p._describe()}, which this optimizer does not update")
         self.modifiers.append(modifier)
         return modifier
 
     def remove_modifier(self, modifier):
-        self.modifiers.remove(modifier)
+        for position, other in enumerate(self.modifiers):
+            if other is modifier:
+                del self.modifiers[position]
+                return
+        raise ValueError(f"{type(self).__name__}.remove_modifier: {modifier!r} is not attached")
 
     # -- the step
     def step(self):
         """Modify the gradients, update each parameter from its gradient, constrain the
-        weights, then reset the gradients."""
-        pending = [(p, state, group) for group, pairs in self._grouped()
-                   for p, state in pairs if p._g is not None]
+        weights, then reset the gradients. Options and gradients are checked first."""
+        where = f"{type(self).__name__}.step()"
+        self._check_options({key: getattr(self, key) for key in self.options}, where)
+        pending = []            # (position, parameter, group) of the parameters with a gradient
+        position = 0
+        for index, group in enumerate(self.param_groups):
+            if len(group) > 1:
+                self._check_group({key: value for key, value in group.items()
+                                   if key != "params"}, index, where)
+            for p in group["params"]:
+                if p._g is not None:
+                    pending.append((position, p, group))
+                position += 1
         if not pending:
-            if self.params:
-                raise RuntimeError(f"{type(self).__name__}.step(): no parameter has a "
-                                   "gradient; call back() on the loss before step()")
-            return
-        grads = [p._g for p, _, _ in pending]
+            raise RuntimeError(f"{where}: no parameter has a gradient; call back() on the loss "
+                               "before step()")
+        params = [p for _, p, _ in pending]
+        grads = [p._g for p in params]
+        self._check_gradients(pending, grads, where, "")
         for modifier in self.modifiers:
             if hasattr(modifier, "modify_gradients"):
-                grads = modifier.modify_gradients([p for p, _, _ in pending], grads)
+                grads = list(modifier.modify_gradients(params, grads))
+                label = type(modifier).__name__
+                if len(grads) != len(params):
+                    raise ValueError(f"{where}: modifier {label} returned {len(grads)} "
+                                     f"gradients for {len(params)} parameters")
+                self._check_gradients(pending, grads, where, f" returned by {label}")
         updated = []
         defaults = current = None
         try:
-            for (p, state, group), g in zip(pending, grads):
+            for (position, p, group), g in zip(pending, grads):
                 p._g = None
                 if g is None:           # a frozen parameter
                     continue
                 if group is not current:
                     defaults = self._enter(group, defaults)
                     current = group
+                state = self.state[position]
                 if state:
                     _follow(p, state)
                 self._update(p, g, state)
@@ -160,13 +235,29 @@ class Optimizer:
         for p in updated:
             p.mark_edited()
 
-    def _grouped(self):
-        position = 0
-        for group in self.param_groups:
-            count = len(group["params"])
-            yield group, zip(self.params[position:position + count],
-                             self.state[position:position + count])
-            position += count
+    @staticmethod
+    def _check_gradients(pending, grads, where, source):
+        """Each gradient must be an array of its parameter's type, device, shape and a float
+        dtype: an op's ``_back`` that forgot to sum a broadcast gradient leaves a wrong shape,
+        which an in-place update would broadcast over the parameter silently."""
+        for (position, p, _), g in zip(pending, grads):
+            if g is None:
+                continue
+            data = p._data
+            if type(g) is type(data) and g.shape == data.shape and g.dtype.kind == "f" and (
+                    type(g) is _ndarray or g.device == data.device):
+                continue
+            if not _is_array(g):
+                found = f"is a {type(g).__name__}, not an array"
+            elif type(g) is not type(data) or backend.device_of(g) != backend.device_of(data):
+                found = (f"is on {backend.device_of(g)}, the parameter on "
+                         f"{backend.device_of(data)}")
+            elif g.shape != data.shape:
+                found = f"has shape {g.shape}; it must have the parameter's shape {data.shape}"
+            else:
+                found = f"has dtype {g.dtype}; a gradient must be a float array"
+            raise ValueError(f"{where}: the gradient of parameter {position} ({p._describe()})"
+                             f"{source} {found}; nothing was updated")
 
     def _enter(self, group, defaults):
         """Make ``group``'s options the optimizer's attributes; returns the defaults to restore."""
@@ -222,24 +313,67 @@ class Optimizer:
                 for key, value in state.items()}
 
     def check_state_dict(self, saved):
-        """Raise ValueError when ``saved`` does not fit this optimizer's parameters."""
+        """Raise ValueError when ``saved`` does not fit this optimizer's parameters, or holds
+        an option out of range (the rules of the constructor) or a malformed state."""
         name = type(self).__name__
-        if saved.get("type") != name:
-            raise ValueError(f"{name}.load_state_dict: the state is of a {saved.get('type')} "
-                             "optimizer")
+        where = f"{name}.load_state_dict"
+        if not isinstance(saved, dict):
+            raise TypeError(f"{where}: expects the dict state_dict() returns, got "
+                            f"{type(saved).__name__}")
+        for key in ("type", "options", "groups", "sizes", "state"):
+            if key not in saved:
+                raise ValueError(f"{where}: the state is missing '{key}'")
+        if saved["type"] != name:
+            raise ValueError(f"{where}: the state is of a {saved['type']} optimizer")
         sizes = [len(group["params"]) for group in self.param_groups]
-        if list(saved.get("sizes", ())) != sizes:
-            raise ValueError(f"{name}.load_state_dict: saved parameter groups have sizes "
-                             f"{saved.get('sizes')}, this optimizer's are {sizes}")
-        for key in saved["options"]:
-            if key not in self.options:
-                raise ValueError(f"{name}.load_state_dict: unknown option '{key}'")
+        if list(saved["sizes"]) != sizes:
+            raise ValueError(f"{where}: saved parameter groups have sizes "
+                             f"{saved['sizes']}, this optimizer's are {sizes}")
+        unknown = sorted(set(saved["options"]) - set(self.options))
+        if unknown:
+            raise ValueError(f"{where}: unknown option(s) {unknown}; options are "
+                             f"{list(self.options)}")
+        self._check_options(saved["options"], where)
+        if len(saved["groups"]) != len(self.param_groups):
+            raise ValueError(f"{where}: the state has {len(saved['groups'])} parameter groups' "
+                             f"options, this optimizer has {len(self.param_groups)} groups")
+        for index, options in enumerate(saved["groups"]):
+            self._check_group(options, index, where)
+        if len(saved["state"]) != len(self.params):
+            raise ValueError(f"{where}: the state holds a list of {len(saved['state'])} "
+                             f"parameter states, this optimizer has {len(self.params)} "
+                             "parameters")
+        expected = None if self.state_arrays is None else \
+            sorted((*self.state_arrays, *self.state_counts))
         for position, (p, state) in enumerate(zip(self.params, saved["state"])):
+            if expected is not None and state and sorted(state) != expected:
+                raise ValueError(f"{where}: state of parameter {position} has keys "
+                                 f"{sorted(state)}, expected {expected} (or none)")
             for key, value in state.items():
-                if _is_array(value) and tuple(value.shape) != p.shape:
-                    raise ValueError(f"{name}.load_state_dict: state '{key}' of parameter "
-                                     f"{position} has shape {tuple(value.shape)}, the "
-                                     f"parameter has shape {p.shape}")
+                if key in self.state_counts:
+                    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                            or value < 1:
+                        raise ValueError(f"{where}: state '{key}' of parameter {position} must "
+                                         f"be an int >= 1, got {value!r}")
+                elif _is_array(value):
+                    if value.dtype.kind != "f":
+                        raise ValueError(f"{where}: state '{key}' of parameter {position} must "
+                                         f"be a float array, got dtype {value.dtype}")
+                    if tuple(value.shape) != p.shape:
+                        raise ValueError(f"{where}: state '{key}' of parameter {position} has "
+                                         f"shape {tuple(value.shape)}, the parameter has shape "
+                                         f"{p.shape}")
+                elif key in (self.state_arrays or ()):
+                    raise ValueError(f"{where}: state '{key}' of parameter {position} must be "
+                                     f"an array, got {type(value).__name__}")
+
+
+_RULES = {      # option -> (the rule in words, the test); NaN fails every test, inf is refused
+    "lr": (">= 0", lambda value: value >= 0),
+    "eps": ("> 0", lambda value: value > 0),
+    "weight_decay": (">= 0", lambda value: value >= 0),
+}
+_UNIT_INTERVAL = ("in [0, 1)", lambda value: 0 <= value < 1)
 
 
 def _follow(p, state):

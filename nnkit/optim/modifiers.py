@@ -16,12 +16,19 @@ a parameter's update) and/or ``modify_weights(params)`` (edits ``p.data`` in pla
 
 __all__ = ['Modifier', 'ClipValue', 'ClipGradNorm', 'L1Decay', 'L2Decay', 'Freeze', 'MaxNorm']
 
+import math
+import numbers
+
 from .. import backend
 from ..core import NetVar
 
 
 class Modifier:
-    """Base: holds the optional ``params`` selection (None: every parameter)."""
+    """Base: holds the optional ``params`` selection (None: every parameter).
+
+    An empty selection is refused (it would silently apply to nothing), and so is attaching
+    a modifier whose selection names a NetVar the optimizer does not update.
+    """
 
     def __init__(self, params=None):
         if params is not None:
@@ -30,10 +37,14 @@ class Modifier:
                 raise TypeError(f"{name}: params must be a list of NetVars, got one NetVar "
                                 f"({params._describe()}); write [w]")
             params = list(params)
+            if not params:
+                raise ValueError(f"{name}: params is empty, so it would apply to nothing; "
+                                 "leave it out to apply to every parameter")
             for position, p in enumerate(params):
                 if not isinstance(p, NetVar):
                     raise TypeError(f"{name}: parameter {position} is a {type(p).__name__}, "
                                     "not a NetVar")
+        self.params = params
         self._ids = None if params is None else {id(p) for p in params}
 
     def applies(self, p):
@@ -41,13 +52,21 @@ class Modifier:
 
     def __repr__(self):
         fields = ", ".join(f"{key}={value!r}" for key, value in vars(self).items()
-                           if not key.startswith("_"))
+                           if not key.startswith("_") and key != "params")
+        if self.params is not None:
+            fields += f", params=[{len(self.params)} NetVars]"
         return f"{type(self).__name__}({fields})"
 
 
-def _positive(owner, name, value):
-    if not value > 0:
-        raise ValueError(f"{owner}: {name} must be > 0, got {value}")
+def _positive(owner, name, value, finite=False):
+    """``value``, checked to be a real number > 0 (and finite when ``finite``): a threshold may
+    be inf (clip nothing), a rate may not."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__} "
+                        f"{value!r}")
+    if not (0 < value < math.inf if finite else value > 0):
+        raise ValueError(f"{owner}: {name} must be {'finite and ' if finite else ''}> 0, "
+                         f"got {value}")
     return value
 
 
@@ -107,7 +126,7 @@ class L2Decay(Modifier):
 
     def __init__(self, rate, params=None):
         super().__init__(params)
-        self.rate = _positive("L2Decay", "rate", rate)
+        self.rate = _positive("L2Decay", "rate", rate, finite=True)
 
     def modify_gradients(self, params, grads):
         return [g + self.rate * p._data if g is not None and self.applies(p) else g
@@ -119,7 +138,7 @@ class L1Decay(Modifier):
 
     def __init__(self, rate, params=None):
         super().__init__(params)
-        self.rate = _positive("L1Decay", "rate", rate)
+        self.rate = _positive("L1Decay", "rate", rate, finite=True)
 
     def modify_gradients(self, params, grads):
         return [g + self.rate * backend.array_module(p._data).sign(p._data)
@@ -149,6 +168,17 @@ class MaxNorm(Modifier):
     def __init__(self, max_norm, axis=0, params=None):
         super().__init__(params)
         self.max_norm = _positive("MaxNorm", "max_norm", max_norm)
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        if not all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in axes):
+            raise TypeError(f"MaxNorm: axis must be an int or a tuple of ints, got {axis!r}")
+        # Checked here, not in the step, where the weights are already updated: without params,
+        # against 2-D (every weight has at least two dimensions).
+        for p in self.params or (None,):
+            ndim = 2 if p is None else p.ndim
+            for a in axes:
+                if not -ndim <= a < ndim:
+                    what = "a 2-D weight" if p is None else p._describe()
+                    raise ValueError(f"MaxNorm: axis {a} is out of range for {what}")
         self.axis = axis
 
     def applies(self, p):

@@ -92,3 +92,49 @@ def test_bad_modifiers_are_rejected():
         nn.GD([p], modifiers=[object()])
     with pytest.raises(ValueError, match="ClipGradNorm: max_norm must be > 0"):
         nn.ClipGradNorm(0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: nn.ClipGradNorm(float("nan")), "ClipGradNorm: max_norm must be > 0, got nan"),
+    (lambda: nn.ClipGradNorm(-1.0), "ClipGradNorm: max_norm must be > 0"),
+    (lambda: nn.ClipValue(0.0), "ClipValue: limit must be > 0"),
+    (lambda: nn.MaxNorm(float("nan")), "MaxNorm: max_norm must be > 0"),
+    (lambda: nn.L2Decay(float("inf")), "L2Decay: rate must be finite and > 0, got inf"),
+    (lambda: nn.L1Decay(float("nan")), "L1Decay: rate must be finite and > 0"),
+    (lambda: nn.L2Decay(-0.1), "L2Decay: rate must be finite and > 0"),
+    (lambda: nn.Freeze([]), "Freeze: params is empty"),
+    (lambda: nn.ClipValue(1.0, params=[]), "ClipValue: params is empty"),
+    (lambda: nn.MaxNorm(1.0, axis=2), r"MaxNorm: axis 2 is out of range for .*2-D"),
+    (lambda: nn.MaxNorm(1.0, axis=1, params=[nn.NetVar(np.ones((2, 2, 2)))]), None),
+    (lambda: nn.MaxNorm(1.0, axis=3, params=[nn.NetVar(np.ones((2, 2)), name="w")]),
+     r"MaxNorm: axis 3 is out of range for NetVar 'w'"),
+])
+def test_bad_modifier_arguments_are_refused(make, message):
+    if message is None:
+        make()
+        return
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_modifier_arguments_of_the_wrong_type_are_refused():
+    with pytest.raises(TypeError, match="ClipGradNorm: max_norm must be a real number, got str"):
+        nn.ClipGradNorm("1.0")
+    with pytest.raises(TypeError, match="MaxNorm: axis must be an int or a tuple of ints"):
+        nn.MaxNorm(1.0, axis=0.5)
+
+
+def test_infinite_clipping_thresholds_clip_nothing_and_still_measure_the_norm():
+    p = _param([[3.0, 4.0]])
+    clip = nn.ClipGradNorm(float("inf"))
+    opt = nn.GD([p], lr=1.0, momentum=0.0, modifiers=[clip, nn.ClipValue(float("inf"))])
+    _step(opt, [[[3.0, 4.0]]])
+    assert clip.last_norm == pytest.approx(5.0)
+    np.testing.assert_array_equal(p.data, np.zeros((1, 2)))
+
+
+def test_max_norm_takes_a_negative_axis():
+    w = _param([[3.0, 0.1], [4.0, 0.1]])
+    opt = nn.GD([w], lr=1.0, momentum=0.0, modifiers=[nn.MaxNorm(1.0, axis=-2)])
+    _step(opt, [[[0.0, 0.0], [0.0, 0.0]]])
+    np.testing.assert_allclose(np.linalg.norm(w.data, axis=0), [1.0, np.hypot(0.1, 0.1)])

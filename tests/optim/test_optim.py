@@ -1,4 +1,6 @@
 """GD and Adam against their formulas (and PyTorch's Adam when installed)."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -255,3 +257,231 @@ def test_state_left_on_another_device_follows_the_parameter(cls):
     assert all(isinstance(value, np.ndarray) for value in opt.state[0].values()
                if not isinstance(value, int))
     np.testing.assert_array_equal(q.data, p.data)
+
+
+# ---------------------------------------------------------------- refusals that change nothing
+
+ALL = [nn.GD, nn.Adam, nn.Nesterov, nn.RMSProp, nn.AdaGrad, nn.AdamW]
+
+
+def _trained(cls, **kwargs):
+    """An optimizer over two named parameters after one step (so it has state)."""
+    a = nn.NetVar(np.ones((3, 2)), name="w")
+    b = nn.NetVar(np.full((1, 2), 0.5))
+    opt = cls([a, b], lr=0.01, **kwargs)
+    ((a * a).sum() + (b * b).sum()).back()
+    opt.step()
+    return opt, a, b
+
+
+def _copy_state(opt):
+    return (opt.state_dict(), [{key: value.copy() if hasattr(value, "copy") else value
+                                for key, value in state.items()} for state in opt.state],
+            [p.data.copy() for p in opt.params],
+            [copy.deepcopy(p._g) for p in opt.params],
+            [dict(group) for group in opt.param_groups])
+
+
+def _assert_same_state(opt, before):
+    options, states, datas, grads, groups = before
+    now = _copy_state(opt)
+    assert now[0]["options"] == options["options"] and now[0]["groups"] == options["groups"]
+    for mine, theirs in zip(now[1], states):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            np.testing.assert_array_equal(mine[key], theirs[key])
+    for mine, theirs in zip(now[2], datas):
+        np.testing.assert_array_equal(mine, theirs)
+    for mine, theirs in zip(now[3], grads):
+        assert (mine is None) == (theirs is None)
+        if mine is not None:
+            np.testing.assert_array_equal(mine, theirs)
+    assert now[4] == groups
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_empty_parameter_list_is_refused(cls):
+    with pytest.raises(ValueError, match=f"{cls.__name__}: .*empty parameter list"):
+        cls([])
+    with pytest.raises(ValueError, match=f"{cls.__name__}: .*empty parameter list"):
+        cls([{"params": []}])
+    with pytest.raises(ValueError, match=f"{cls.__name__}: .*empty parameter list"):
+        cls(nn.FFN((nn.ReLU,)).vars)
+
+
+def test_a_parameter_in_two_groups_is_refused_and_a_bad_group_adds_nothing():
+    w, b = nn.NetVar(np.ones((2, 2)), name="w"), nn.NetVar(np.ones((1, 2)))
+    with pytest.raises(ValueError, match=r"GD: parameter 1 \(NetVar 'w' .*\) is listed twice"):
+        nn.GD([{"params": [w]}, {"params": [w], "lr": 0.5}])
+    opt = nn.GD([w])
+    with pytest.raises(ValueError, match=r"parameter 2 .* is listed twice"):
+        opt.add_param_group({"params": [b, w]})
+    with pytest.raises(TypeError, match="parameter 2 is a str"):
+        opt.add_param_group({"params": [b, "w"]})
+    assert opt.params == [w] and len(opt.param_groups) == 1 and len(opt.state) == 1
+    with pytest.raises(TypeError, match="write \\[w\\]"):
+        opt.add_param_group({"params": b})
+    opt.add_param_group({"params": [b], "lr": 0.5})       # still consistent: b trains
+    w.g, b.g = np.ones((2, 2)), np.ones((1, 2))
+    opt.step()
+    np.testing.assert_allclose(b.data, np.full((1, 2), 1 - 0.5 * 0.1))
+
+
+def test_a_constant_is_refused():
+    c = nn.NetVar(np.ones((1, 2)), requires_grad=False)
+    with pytest.raises(ValueError, match=r"Adam: parameter 1 .* does not require a gradient"):
+        nn.Adam([nn.NetVar(np.ones((1, 2))), c])
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_gradient_of_the_wrong_shape_is_refused_before_any_update(cls):
+    opt, a, b = _trained(cls)
+    (a * a).sum().back()
+    b._g = np.ones((1, 2))          # b is fine; a gets what a faulty op's _back might leave
+    a._g = np.ones((1, 2))
+    before = _copy_state(opt)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}.step\(\): the gradient of parameter "
+                                         r"0 \(NetVar 'w' #\d+ of shape \(3, 2\)\) has shape "
+                                         r"\(1, 2\)"):
+        opt.step()
+    _assert_same_state(opt, before)
+    if cls is nn.Adam:
+        assert opt.state[0]["t"] == 1
+
+
+@pytest.mark.parametrize("bad", [np.ones((1, 2), dtype=complex), np.ones((1, 2), dtype=object),
+                                 np.float64(1.0), 1.0, [[1.0, 1.0]]])
+def test_gradient_that_is_not_a_float_array_is_refused(bad):
+    opt, a, b = _trained(nn.Adam)
+    a._g, b._g = np.ones((3, 2)), bad
+    before = _copy_state(opt)
+    with pytest.raises(ValueError, match=r"Adam.step\(\): the gradient of parameter 1 "):
+        opt.step()
+    _assert_same_state(opt, before)
+
+
+def test_gradient_made_by_a_faulty_user_op_is_refused():
+    class RowSum(nn.NetOp):      # its _back forgets to broadcast the gradient back
+        def __init__(self, x):
+            super().__init__(x.data.sum(axis=0, keepdims=True), x)
+
+        def _back(self, x):
+            x._g = self.g
+
+    w = nn.NetVar(np.ones((3, 2)))
+    opt = nn.GD([w], momentum=0.0)
+    RowSum(w).sum().back()
+    with pytest.raises(ValueError, match=r"GD.step\(\): the gradient of parameter 0 .* has "
+                                         r"shape \(1, 2\); it must have the parameter's shape"):
+        opt.step()
+    np.testing.assert_array_equal(w.data, np.ones((3, 2)))
+
+
+def test_a_modifier_returning_wrong_gradients_is_refused_before_any_update():
+    class Truncate:
+        def modify_gradients(self, params, grads):
+            return grads[:1]
+
+    class Reshape:
+        def modify_gradients(self, params, grads):
+            return [g.reshape(-1, 1) for g in grads]
+
+    for modifier, message in ((Truncate(), "returned 1 gradients for 2 parameters"),
+                              (Reshape(), "the gradient of parameter 0 .* returned by Reshape")):
+        opt, a, b = _trained(nn.Adam)
+        ((a * a).sum() + (b * b).sum()).back()
+        opt.add_modifier(modifier)
+        before = _copy_state(opt)
+        with pytest.raises(ValueError, match=message):
+            opt.step()
+        _assert_same_state(opt, before)
+
+
+BAD_OPTIONS = [
+    ("lr", float("nan"), "learning rate"), ("lr", float("inf"), "learning rate"),
+    ("lr", -0.1, "learning rate"), ("momentum", 1.5, "momentum"), ("momentum", 1.0, "momentum"),
+    ("momentum", float("nan"), "momentum"), ("rms", -0.1, "rms"), ("eps", 0.0, "eps"),
+    ("eps", float("nan"), "eps"), ("weight_decay", -1.0, "weight_decay"),
+    ("weight_decay", float("inf"), "weight_decay"),
+]
+
+
+@pytest.mark.parametrize("key, value, what", BAD_OPTIONS)
+def test_bad_options_are_refused_everywhere(key, value, what):
+    p = nn.NetVar(np.ones((1, 2)))
+    with pytest.raises(ValueError, match=f"AdamW: {what} must be"):
+        nn.AdamW([p], **{key: value})
+    with pytest.raises(ValueError, match=f"AdamW: {what} must be"):
+        nn.AdamW([{"params": [p], key: value}])
+    opt, a, b = _trained(nn.AdamW)
+    saved = opt.state_dict()
+    saved["options"][key] = value
+    before = _copy_state(opt)
+    with pytest.raises(ValueError, match=f"AdamW.load_state_dict: {what} must be"):
+        opt.load_state_dict(saved)
+    saved = opt.state_dict()
+    saved["groups"][0][key] = value
+    with pytest.raises(ValueError, match=f"AdamW.load_state_dict: {what} must be"):
+        opt.load_state_dict(saved)
+    _assert_same_state(opt, before)
+    # set directly (opt.lr = ..., a group's dict): refused at the next step, before any update
+    ((a * a).sum() + (b * b).sum()).back()
+    before = _copy_state(opt)
+    opt.param_groups[0][key] = value
+    with pytest.raises(ValueError, match=f"AdamW.step\\(\\): {what} must be .*group 0"):
+        opt.step()
+    del opt.param_groups[0][key]
+    setattr(opt, key, value)
+    with pytest.raises(ValueError, match=f"AdamW.step\\(\\): {what} must be"):
+        opt.step()
+
+
+def test_options_of_the_wrong_type_are_refused():
+    p = nn.NetVar(np.ones((1, 2)))
+    for value in ("0.1", None, True, np.ones(2)):
+        with pytest.raises(TypeError, match="GD: learning rate must be a real number"):
+            nn.GD([p], lr=value)
+    with pytest.raises(ValueError, match="learning rate"):
+        nn.GD([p]).learnRate = float("nan")
+    assert nn.GD([p], lr=np.float32(0.5)).lr == 0.5
+
+
+def test_load_state_dict_refuses_malformed_state_and_changes_nothing():
+    opt, a, b = _trained(nn.Adam)
+    good = opt.state_dict()
+    cases = {
+        "a list of 1 parameter states": lambda s: s.update(state=s["state"][:1]),
+        "has 0 parameter groups' options": lambda s: s.update(groups=[]),
+        r"unknown option\(s\) \['beta'\] in parameter group 0":
+            lambda s: s["groups"][0].update(beta=0.5),
+        r"state of parameter 1 has keys \['m', 't'\]": lambda s: s["state"][1].pop("v"),
+        "state 't' of parameter 0 must be an int >= 1": lambda s: s["state"][0].update(t=-1),
+        "state 'm' of parameter 0 must be a float array":
+            lambda s: s["state"][0].update(m=np.ones((3, 2), dtype=int)),
+        "missing 'options'": lambda s: s.pop("options"),
+    }
+    for message, edit in cases.items():
+        saved = {key: value for key, value in good.items()}
+        saved["state"] = [dict(state) for state in good["state"]]
+        saved["groups"] = [dict(group) for group in good["groups"]]
+        edit(saved)
+        before = _copy_state(opt)
+        with pytest.raises(ValueError, match=f"Adam.load_state_dict: .*{message}"):
+            opt.load_state_dict(saved)
+        _assert_same_state(opt, before)
+
+
+def test_modifier_for_a_parameter_the_optimizer_does_not_hold_is_refused():
+    w, other = nn.NetVar(np.ones((1, 2))), nn.NetVar(np.ones((1, 2)), name="old_w")
+    with pytest.raises(ValueError, match=r"GD: Freeze applies to NetVar 'old_w' .*, which this "
+                                         "optimizer does not update"):
+        nn.GD([w], modifiers=[nn.Freeze([other])])
+    opt = nn.GD([w])
+    clip = opt.add_modifier(nn.ClipValue(1.0))
+    with pytest.raises(ValueError, match="GD: ClipValue.* is attached already"):
+        opt.add_modifier(clip)
+    with pytest.raises(TypeError, match=r"GD: modifiers must be a list.*write \[modifier\]"):
+        nn.GD([w], modifiers=nn.ClipValue(1.0))
+    with pytest.raises(ValueError, match="GD.remove_modifier: .* is not attached"):
+        opt.remove_modifier(nn.ClipValue(1.0))
+    assert opt.modifiers == [clip]
