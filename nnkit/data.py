@@ -5,19 +5,30 @@ lengths L_b into one (T, B, F) array (T = max L_b), or (T, B) for token ids, plu
 """
 
 __all__ = ['pad_sequences', 'minibatches']
+import numbers
+
 import numpy
 
 from . import backend
 from .core import get_dtype
+from .init import as_generator
 
 
-def _as_arrays(seqs, owner):
+def _as_arrays(seqs, owner, what="seqs"):
+    if isinstance(seqs, (str, bytes)) or not (hasattr(seqs, "__iter__")
+                                              or hasattr(seqs, "__getitem__")):
+        raise TypeError(f"{owner}: {what} must be a list of sequences, got "
+                        f"{type(seqs).__name__}")
     if isinstance(seqs, numpy.ndarray) and seqs.dtype.kind != "O":
         seqs = list(seqs)          # a rectangular (B, L, ...) array: B sequences of equal length
     arrays = []
     for position, seq in enumerate(seqs):
         array = numpy.asarray(backend.to_cpu(seq) if hasattr(seq, "shape") else seq)
-        if array.ndim == 0 or len(array) == 0:
+        if array.ndim == 0:
+            raise ValueError(f"{owner}: sequence {position} of {what} is a single number "
+                             f"({seq!r}), not a sequence; give a list of sequences, e.g. "
+                             "[[1, 2, 3], [4, 5]]")
+        if len(array) == 0:
             raise ValueError(f"{owner}: sequence {position} is empty (shape "
                              f"{tuple(array.shape)}); every sequence needs at least one step")
         if array.dtype.kind not in "biuf":
@@ -50,9 +61,52 @@ def pad_sequences(seqs, dtype=None, value=0.0):
     x[t, b] = seqs[b][t] for t < L_b and ``value`` elsewhere; lengths (B,) int64.
     dtype: given, or integer for integer sequences (token ids stay ids), the arrays' float
     dtype for float arrays, and ``nnkit.dtype`` for Python lists of floats.
+
+    Raises TypeError for a ``value`` that is not a number or a ``dtype`` that is not a NumPy
+    number type, and ValueError when an integer or bool ``dtype`` cannot hold the sequences or
+    ``value`` exactly (``value=0.5`` for token ids, float features as int): never truncated.
     """
     arrays, default = _as_arrays(seqs, "pad_sequences")
-    return _pad(arrays, default if dtype is None else dtype, value)
+    dtype = default if dtype is None else _check_dtype("pad_sequences", dtype, arrays)
+    _check_value("pad_sequences", value, dtype)
+    return _pad(arrays, dtype, value)
+
+
+def _check_dtype(owner, dtype, arrays):
+    """``dtype`` as a NumPy dtype that holds every value of ``arrays`` (a float one rounds)."""
+    try:
+        dtype = numpy.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{owner}: dtype must be a NumPy number type such as numpy.float32, "
+                        f"got {dtype!r}") from None
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{owner}: dtype must be a NumPy number type such as numpy.float32, "
+                        f"got {dtype}")
+    if dtype.kind in "biu":
+        for position, array in enumerate(arrays):
+            if not _exact(array, dtype):
+                raise ValueError(f"{owner}: sequence {position} of dtype {array.dtype} cannot "
+                                 f"be stored as {dtype} without changing its values")
+    return dtype
+
+
+def _check_value(owner, value, dtype):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: value must be a number, got {type(value).__name__} "
+                        f"{value!r}")
+    if numpy.dtype(dtype).kind in "biu" and not _exact(value, dtype):
+        raise ValueError(f"{owner}: value {value!r} cannot be stored in {numpy.dtype(dtype)} "
+                         "data exactly; give a value of the data's type")
+
+
+def _exact(values, dtype):
+    """Whether ``values`` survive a cast to the integer or bool ``dtype`` unchanged."""
+    with numpy.errstate(all="ignore"):
+        try:
+            cast = numpy.asarray(values).astype(dtype)
+        except (OverflowError, ValueError):
+            return False
+        return bool(numpy.all(cast == values))
 
 
 def _pad(arrays, dtype, value):
@@ -82,29 +136,52 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     device: where x and t are yielded: None or 'cpu' (NumPy), 'gpu' or 'gpu:N' (CuPy), e.g.
     ``device=model.vars[0].device``. lengths stay NumPy: the recurrent ops read them on the
     host to schedule their steps.
+
+    Every argument is checked at the call (TypeError for a wrong kind: a float or bool
+    batch_size, a shuffle or drop_last that is not a bool; ValueError for a wrong value), before
+    the shuffle draws from the global generator. The result is a one-shot iterator: to train
+    for several epochs, call ``minibatches`` once per epoch (``lambda: nn.minibatches(...)``).
     """
     move = _mover(device)
     arrays, dtype = _as_arrays(seqs, "minibatches")
     N = len(arrays)
-    if int(batch_size) < 1:
-        raise ValueError(f"minibatches: batch_size must be at least 1, got {batch_size}")
+    _check_value("minibatches", value, dtype)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise TypeError(f"minibatches: batch_size must be a positive integer, got "
+                        f"{type(batch_size).__name__} {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"minibatches: batch_size must be a positive integer, got {batch_size}")
     batch_size = int(batch_size)
+    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+        if not isinstance(flag, (bool, numpy.bool_)):
+            raise TypeError(f"minibatches: {name} must be True or False, got "
+                            f"{type(flag).__name__} {flag!r}")
+    if not isinstance(bucket, (bool, numpy.bool_)):
+        if not isinstance(bucket, numbers.Integral):
+            raise TypeError(f"minibatches: bucket must be False, True or a number of batches "
+                            f"k >= 1, got {type(bucket).__name__} {bucket!r}")
+        if bucket < 1:
+            raise ValueError(f"minibatches: bucket must be False, True or a number of batches "
+                             f"k >= 1, got {bucket}")
     target_dtype = None
     if targets is not None:
+        if not hasattr(targets, "__len__") or getattr(targets, "ndim", 1) == 0:
+            raise TypeError(f"minibatches: targets must be one label or target sequence per "
+                            f"sequence (an array or a list), got {type(targets).__name__}")
         if len(targets) != N:
             raise ValueError(f"minibatches: {len(targets)} targets for {N} sequences")
         if not isinstance(targets, numpy.ndarray) and any(numpy.ndim(t) for t in targets):
-            targets, target_dtype = _as_arrays(targets, "minibatches")
+            targets, target_dtype = _as_arrays(targets, "minibatches", "targets")
             for position, (x, t) in enumerate(zip(arrays, targets)):
                 if len(x) != len(t):
                     raise ValueError(f"minibatches: sequence {position} has {len(x)} steps "
                                      f"but its target sequence has {len(t)}")
         else:
             targets = numpy.asarray(targets)
-    rng = backend.as_generator(seed)
+    rng = as_generator(seed, "minibatches")
     order = rng.permutation(N) if shuffle else numpy.arange(N)
     if bucket:
-        pool = N if bucket is True else int(bucket) * batch_size
+        pool = N if isinstance(bucket, (bool, numpy.bool_)) else int(bucket) * batch_size
         lengths = numpy.array([len(a) for a in arrays])
         order = numpy.concatenate([chunk[numpy.argsort(lengths[chunk], kind="stable")]
                                    for chunk in numpy.array_split(order, range(pool, N, pool))])

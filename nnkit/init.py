@@ -3,7 +3,10 @@
 Every initializer takes the shape (``he(64, 128)`` or ``he((64, 128))``) and ``seed``: None
 uses nnkit's global generator (``nnkit.seed(n)``), an int makes a fresh generator, a
 ``numpy.random.Generator`` is used as it is. Values have ``nnkit.dtype``; a 1-D shape ``(n,)``
-gives a row ``(1, n)`` (biases).
+gives a row ``(1, n)`` (biases). Errors name the initializer: TypeError for a size that is
+not an int (a float, a bool) or a seed that is not None, an int or a Generator; ValueError for
+a size below 1, a negative seed, or a non-finite ``std``, ``mean``, ``low``, ``high`` or
+``gain``.
 
 Fan conventions for the row-oriented layout, where ``x @ w`` maps rows of inputs to outputs:
 
@@ -40,15 +43,36 @@ from . import backend
 from .core import NetVar, get_dtype
 
 
-def _shape(shape):
+def as_generator(seed, owner):
+    """The NumPy Generator for a ``seed`` argument (None: nnkit's global one, seeded by
+    ``nnkit.seed``; an int >= 0: a fresh one; a Generator: itself), refused naming ``owner``."""
+    if not (seed is None or isinstance(seed, numpy.random.Generator)
+            or (isinstance(seed, numbers.Integral) and not isinstance(seed, bool))):
+        raise TypeError(f"{owner}: seed must be None, an int or a numpy.random.Generator, got "
+                        f"{type(seed).__name__} {seed!r}")
+    if seed is not None and not isinstance(seed, numpy.random.Generator) and seed < 0:
+        raise ValueError(f"{owner}: seed must be >= 0, got {seed}")
+    return backend.as_generator(seed)
+
+
+def _shape(shape, owner):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    if not all(isinstance(n, numbers.Integral) for n in shape):
-        raise TypeError(f"initializer: shape must be positive integers, got {shape}")
+    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in shape):
+        raise TypeError(f"{owner}: shape must be positive integers, got {shape}")
     shape = tuple(int(n) for n in shape)
     if not shape or any(n <= 0 for n in shape):
-        raise ValueError(f"initializer: shape must be positive integers, got {shape}")
+        raise ValueError(f"{owner}: shape must be positive integers, got {shape}")
     return shape
+
+
+def _finite(owner, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be a number, got {type(value).__name__} "
+                        f"{value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}: {name} must be finite, got {value}")
+    return value
 
 
 def _fans(shape):
@@ -65,70 +89,71 @@ def _param(values, name=None):
     return NetVar(values.astype(get_dtype()), name=name)
 
 
-def _normal(shape, std, seed, mean=0.0):
-    return _param(backend.as_generator(seed).normal(mean, std, shape))
+def _normal(shape, std, seed, owner, mean=0.0):
+    return _param(as_generator(seed, owner).normal(mean, std, shape))
 
 
-def _uniform(shape, limit, seed):
-    return _param(backend.as_generator(seed).uniform(-limit, limit, shape))
+def _uniform(shape, limit, seed, owner):
+    return _param(as_generator(seed, owner).uniform(-limit, limit, shape))
 
 
 def rand2(*shape, seed=None):
     """Uniform in ±√(3 / mean(shape)), as in the article (Glorot-like variance 1/mean(shape))."""
-    shape = _shape(shape)
-    return _uniform(shape, math.sqrt(3.0 / (sum(shape) / len(shape))), seed)
+    shape = _shape(shape, "rand2")
+    return _uniform(shape, math.sqrt(3.0 / (sum(shape) / len(shape))), seed, "rand2")
 
 
 def gaussian(*shape, std=0.01, mean=0.0, seed=None):
     """Normal N(mean, std²)."""
-    if not std >= 0:
+    if not _finite("gaussian", "std", std) >= 0:
         raise ValueError(f"gaussian: std must be >= 0, got {std}")
-    return _normal(_shape(shape), std, seed, mean)
+    _finite("gaussian", "mean", mean)
+    return _normal(_shape(shape, "gaussian"), std, seed, "gaussian", mean)
 
 
 def uniform(*shape, low=-0.05, high=0.05, seed=None):
     """Uniform U(low, high)."""
-    if not low <= high:
+    if not _finite("uniform", "low", low) <= _finite("uniform", "high", high):
         raise ValueError(f"uniform: low must be <= high, got {low} > {high}")
-    return _param(backend.as_generator(seed).uniform(low, high, _shape(shape)))
+    return _param(as_generator(seed, "uniform").uniform(low, high, _shape(shape, "uniform")))
 
 
 def glorot_uniform(*shape, seed=None):
     """Glorot/Xavier uniform: U(±√(6 / (fan_in + fan_out)))."""
-    shape = _shape(shape)
+    shape = _shape(shape, "glorot_uniform")
     fan_in, fan_out = _fans(shape)
-    return _uniform(shape, math.sqrt(6.0 / (fan_in + fan_out)), seed)
+    return _uniform(shape, math.sqrt(6.0 / (fan_in + fan_out)), seed, "glorot_uniform")
 
 
 def glorot_normal(*shape, seed=None):
     """Glorot/Xavier normal: N(0, 2 / (fan_in + fan_out))."""
-    shape = _shape(shape)
+    shape = _shape(shape, "glorot_normal")
     fan_in, fan_out = _fans(shape)
-    return _normal(shape, math.sqrt(2.0 / (fan_in + fan_out)), seed)
+    return _normal(shape, math.sqrt(2.0 / (fan_in + fan_out)), seed, "glorot_normal")
 
 
 def he_normal(*shape, seed=None):
     """He/Kaiming normal for ReLU layers: N(0, 2 / fan_in)."""
-    shape = _shape(shape)
-    return _normal(shape, math.sqrt(2.0 / _fans(shape)[0]), seed)
+    shape = _shape(shape, "he_normal")
+    return _normal(shape, math.sqrt(2.0 / _fans(shape)[0]), seed, "he_normal")
 
 
 def he_uniform(*shape, seed=None):
     """He/Kaiming uniform for ReLU layers: U(±√(6 / fan_in)) (variance 2 / fan_in)."""
-    shape = _shape(shape)
-    return _uniform(shape, math.sqrt(6.0 / _fans(shape)[0]), seed)
+    shape = _shape(shape, "he_uniform")
+    return _uniform(shape, math.sqrt(6.0 / _fans(shape)[0]), seed, "he_uniform")
 
 
 def lecun_normal(*shape, seed=None):
     """LeCun normal: N(0, 1 / fan_in)."""
-    shape = _shape(shape)
-    return _normal(shape, math.sqrt(1.0 / _fans(shape)[0]), seed)
+    shape = _shape(shape, "lecun_normal")
+    return _normal(shape, math.sqrt(1.0 / _fans(shape)[0]), seed, "lecun_normal")
 
 
 def lecun_uniform(*shape, seed=None):
     """LeCun uniform: U(±√(3 / fan_in)) (variance 1 / fan_in)."""
-    shape = _shape(shape)
-    return _uniform(shape, math.sqrt(3.0 / _fans(shape)[0]), seed)
+    shape = _shape(shape, "lecun_uniform")
+    return _uniform(shape, math.sqrt(3.0 / _fans(shape)[0]), seed, "lecun_uniform")
 
 
 glorot = glorot_uniform
@@ -139,9 +164,10 @@ def orthogonal(*shape, gain=1.0, seed=None):
     """gain · Q, Q (semi-)orthogonal: the QR factor of a Gaussian matrix, signs fixed so that
     it is uniformly distributed. The shape is viewed as (shape[0], ∏ shape[1:]); its rows are
     orthonormal when shape[0] ≤ ∏ shape[1:], else its columns are."""
-    shape = _shape(shape)
+    shape = _shape(shape, "orthogonal")
+    _finite("orthogonal", "gain", gain)
     rows, cols = shape[0], math.prod(shape[1:])
-    a = backend.as_generator(seed).standard_normal((max(rows, cols), min(rows, cols)))
+    a = as_generator(seed, "orthogonal").standard_normal((max(rows, cols), min(rows, cols)))
     q, r = numpy.linalg.qr(a)
     q *= numpy.where(numpy.diag(r) < 0, -1.0, 1.0)
     if rows < cols:
@@ -153,7 +179,9 @@ def identity(*shape, gain=1.0, seed=None):
     """gain · I: ones on the main diagonal of a 2-D (possibly rectangular) shape, zeros
     elsewhere (a residual or recurrent weight that starts as the identity map). ``seed`` is
     accepted for a uniform signature and unused."""
-    shape = _shape(shape)
+    shape = _shape(shape, "identity")
+    _finite("identity", "gain", gain)
+    as_generator(seed, "identity")
     if len(shape) != 2:
         raise ValueError(f"identity: needs a 2-D shape, got {shape}")
     return _param(gain * numpy.eye(*shape))
@@ -161,4 +189,5 @@ def identity(*shape, gain=1.0, seed=None):
 
 def zeros(*shape, seed=None):
     """All zeros (biases). ``seed`` is accepted for a uniform signature and unused."""
-    return _param(numpy.zeros(_shape(shape)))
+    as_generator(seed, "zeros")
+    return _param(numpy.zeros(_shape(shape, "zeros")))

@@ -105,3 +105,92 @@ def test_minibatches_per_step_targets_and_drop_last(rng):
     with pytest.raises(ValueError, match=r"minibatches: sequence 3 has steps of shape \(3,\), "
                                          r"sequence 0 has \(2,\)"):
         nn.minibatches(seqs[:3] + [np.ones((2, 3))], batch_size=2, shuffle=False)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"batch_size": None}, TypeError, "batch_size must be a positive integer, got NoneType"),
+    ({"batch_size": 2.5}, TypeError, "batch_size must be a positive integer, got float 2.5"),
+    ({"batch_size": True}, TypeError, "batch_size must be a positive integer, got bool True"),
+    ({"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0"),
+    ({"bucket": 0.5}, TypeError, r"bucket must be False, True or a number of batches k >= 1, "
+                                 "got float 0.5"),
+    ({"bucket": -1}, ValueError, "bucket must be False, True or a number of batches k >= 1, "
+                                 "got -1"),
+    ({"bucket": 0}, ValueError, "bucket must be .* got 0"),
+    ({"bucket": "yes"}, TypeError, "bucket must be .* got str 'yes'"),
+    ({"shuffle": "no"}, TypeError, "shuffle must be True or False, got str 'no'"),
+    ({"shuffle": None}, TypeError, "shuffle must be True or False, got NoneType"),
+    ({"drop_last": 1}, TypeError, "drop_last must be True or False, got int 1"),
+    ({"seed": 1.5}, TypeError, "seed must be None, an int or a numpy.random.Generator, got "
+                               "float 1.5"),
+    ({"seed": True}, TypeError, "seed must be None, an int .* got bool True"),
+    ({"seed": "0"}, TypeError, "seed must be None, an int .* got str '0'"),
+    ({"seed": -1}, ValueError, "seed must be >= 0, got -1"),
+    ({"value": 0.5}, ValueError, "value 0.5 cannot be stored in int64 data exactly"),
+    ({"value": None}, TypeError, "value must be a number, got NoneType None"),
+    ({"value": "pad"}, TypeError, "value must be a number, got str 'pad'"),
+    ({"device": "cuda"}, ValueError, "device must be None, 'cpu', 'gpu' or 'gpu:N'")])
+def test_minibatches_refuses_bad_arguments_at_the_call(kwargs, error, message):
+    seqs, labels = [[1, 2], [3], [4, 5, 6]] * 5, list(range(15))
+    nn.seed(5)
+    with pytest.raises(error, match=f"minibatches: {message}"):
+        nn.minibatches(seqs, labels, **kwargs)
+    after_refusal = [t.tolist() for _, _, t in nn.minibatches(seqs, labels, batch_size=4)]
+    nn.seed(5)
+    expected = [t.tolist() for _, _, t in nn.minibatches(seqs, labels, batch_size=4)]
+    assert after_refusal == expected               # the refused call drew no shuffle
+
+
+def test_minibatches_accepts_numpy_integers_and_bools():
+    seqs = [[1, 2], [3], [4, 5, 6], [7]]
+    batches = list(nn.minibatches(seqs, batch_size=np.int64(2), bucket=np.int32(1),
+                                  shuffle=np.bool_(False), seed=np.int64(0)))
+    assert [len(lengths) for _, lengths in batches] == [2, 2]
+    assert len(list(nn.minibatches(seqs, batch_size=3, bucket=np.bool_(True)))) == 2
+
+
+def test_sequences_that_are_numbers_are_named():
+    with pytest.raises(ValueError, match=r"pad_sequences: sequence 0 of seqs is a single number "
+                                         r"\(1\), not a sequence; give a list of sequences"):
+        nn.pad_sequences([1, 2, 3])
+    with pytest.raises(ValueError, match="minibatches: sequence 1 of targets is a single number"):
+        nn.minibatches([[1, 2], [3]], [[1, 2], 3])
+    for seqs in (None, 3, "abc"):
+        with pytest.raises(TypeError, match="pad_sequences: seqs must be a list of sequences, "
+                                            f"got {type(seqs).__name__}"):
+            nn.pad_sequences(seqs)
+    with pytest.raises(TypeError, match="minibatches: targets must be one label or target "
+                                        "sequence per sequence .* got int"):
+        nn.minibatches([[1, 2], [3]], 1)
+
+
+def test_pad_sequences_never_truncates():
+    # a float padding value in token ids, float features stored as ints: silently cut before
+    with pytest.raises(ValueError, match="pad_sequences: value 0.5 cannot be stored in int64 "
+                                         "data exactly"):
+        nn.pad_sequences([[3, 1], [4]], value=0.5)
+    with pytest.raises(ValueError, match="pad_sequences: value nan cannot be stored"):
+        nn.pad_sequences([[3, 1], [4]], value=float("nan"))
+    with pytest.raises(ValueError, match="pad_sequences: sequence 1 of dtype float64 cannot be "
+                                         "stored as int64 without changing its values"):
+        nn.pad_sequences([np.array([1.0, 2.0]), np.array([0.5])], dtype=np.int64)
+    with pytest.raises(ValueError, match="sequence 0 of dtype int64 cannot be stored as uint8"):
+        nn.pad_sequences([[300, 1]], dtype=np.uint8)
+    with pytest.raises(ValueError, match="value -1 cannot be stored in uint8"):
+        nn.pad_sequences([[3, 1], [4]], dtype=np.uint8, value=-1)
+    with pytest.raises(ValueError, match="sequence 0 of dtype int64 cannot be stored as bool"):
+        nn.pad_sequences([[2, 0]], dtype=bool)
+    with pytest.raises(TypeError, match="pad_sequences: dtype must be a NumPy number type .* "
+                                        "got <U"):
+        nn.pad_sequences([[1, 2]], dtype=str)
+    with pytest.raises(TypeError, match="pad_sequences: dtype must be a NumPy number type .* "
+                                        "got 'float99'"):
+        nn.pad_sequences([[1, 2]], dtype="float99")
+    with pytest.raises(TypeError, match="pad_sequences: value must be a number, got bool"):
+        nn.pad_sequences([[1, 2]], value=False)
+    # exact conversions and float rounding are fine
+    x, _ = nn.pad_sequences([np.array([1.0, 2.0]), np.array([3.0])], dtype=np.int8, value=-1)
+    np.testing.assert_array_equal(x, [[1, 3], [2, -1]])
+    assert x.dtype == np.int8
+    assert nn.pad_sequences([[0.1, 0.2]], dtype=np.float16, value=0.3)[0].dtype == np.float16
+    assert np.isnan(nn.pad_sequences([[0.5], [1.5, 2.5]], value=np.nan)[0][1, 0])

@@ -32,9 +32,50 @@ def test_fan_conventions():
     assert not nn.zeros(3, 2).data.any()
 
 
-def test_bad_shape():
-    with pytest.raises(ValueError, match="shape"):
-        nn.glorot(0, 3)
+@pytest.mark.parametrize("shape, error, message", [
+    ((0, 3), ValueError, r"got \(0, 3\)"),
+    ((-2, 3), ValueError, r"got \(-2, 3\)"),
+    ((), ValueError, r"got \(\)"),
+    ((2.0, 3), TypeError, r"got \(2.0, 3\)"),
+    ((True, 3), TypeError, r"got \(True, 3\)"),         # a bool is an int: (1, 3) before
+    (((2, 3), 4), TypeError, r"got \(\(2, 3\), 4\)")])
+def test_bad_shape(shape, error, message):
+    with pytest.raises(error, match=f"glorot_uniform: shape must be positive integers, {message}"):
+        nn.glorot(*shape)
+
+
+@pytest.mark.parametrize("init", ["rand2", "gaussian", "uniform", "glorot_uniform",
+                                  "glorot_normal", "he_normal", "he_uniform", "lecun_normal",
+                                  "lecun_uniform", "orthogonal", "identity", "zeros"])
+def test_every_initializer_names_itself_and_checks_its_seed(init):
+    function = getattr(nn, init)
+    with pytest.raises(ValueError, match=f"{init}: shape must be positive integers"):
+        function(0, 2)
+    for seed in (1.5, "0", True, np.random.default_rng(0).bit_generator):
+        with pytest.raises(TypeError, match=f"{init}: seed must be None, an int or a "
+                                            f"numpy.random.Generator, got {type(seed).__name__}"):
+            function(2, 2, seed=seed)
+    with pytest.raises(ValueError, match=f"{init}: seed must be >= 0, got -1"):
+        function(2, 2, seed=-1)
+    assert function(2, 2, seed=np.int64(3)).shape == (2, 2)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: nn.orthogonal(3, 3, gain=float("nan")), ValueError, "orthogonal: gain must be "
+                                                                 "finite, got nan"),
+    (lambda: nn.orthogonal(3, 3, gain="2"), TypeError, "orthogonal: gain must be a number, "
+                                                       "got str '2'"),
+    (lambda: nn.identity(3, 3, gain=float("inf")), ValueError, "identity: gain must be finite"),
+    (lambda: nn.gaussian(3, std=float("inf")), ValueError, "gaussian: std must be finite"),
+    (lambda: nn.gaussian(3, std=float("nan")), ValueError, "gaussian: std must be finite"),
+    (lambda: nn.gaussian(3, mean=float("nan")), ValueError, "gaussian: mean must be finite"),
+    (lambda: nn.gaussian(3, mean=None), TypeError, "gaussian: mean must be a number"),
+    (lambda: nn.uniform(3, low=float("-inf")), ValueError, "uniform: low must be finite"),
+    (lambda: nn.uniform(3, high=float("nan")), ValueError, "uniform: high must be finite"),
+    (lambda: nn.uniform(3, low=1.0, high=0.0), ValueError, "uniform: low must be <= high")])
+def test_distribution_parameters_must_be_finite_numbers(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
 
 
 ALL = [nn.rand2, nn.gaussian, nn.uniform, nn.glorot_uniform, nn.glorot_normal, nn.he_normal,
