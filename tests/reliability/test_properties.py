@@ -3,7 +3,11 @@
 - every elementwise op, on random broadcast pairs: the gradient of each input equals the
   full-shape gradient (central differences, all elements at once since the op is elementwise)
   summed over the axes that input was broadcast along;
-- random DAGs of ops with fan-out: back() agrees with float64 finite differences;
+- random DAGs of ops with fan-out (nodes read by three and more consumers), over leaves of every
+  awkward shape (0-d, (1, 1), rows, columns), full reductions and Python / NumPy scalar
+  operands: back() agrees with float64 finite differences;
+- the same DAGs with some float32 leaves: every gradient has its node's shape and dtype and
+  agrees with the float64 run;
 - linearity: back(a·f + b·g) = a·back(f) + b·back(g), and back(f); back(g) accumulates f + g;
 - no_grad records nothing.
 """
@@ -126,11 +130,20 @@ def test_unary_gradient_matches_elementwise_differences(name, shape, seed):
 
 # ----------------------------------------------------------------------------- random DAGs
 
-LEAF_SHAPES = {"X": (3, 3), "W": (3, 3), "b": (1, 3), "c": (3, 1)}
+LEAF_SHAPES = {"X": (3, 3), "W": (3, 3), "b": (1, 3), "c": (3, 1), "s": (), "u": (1, 1)}
 
 
 def _matmul(n, w):
-    return n @ w if n.shape[-1] == 3 else w @ n
+    if n.ndim == 2 and n.shape[-1] == 3:
+        return n @ w
+    if n.ndim == 2 and n.shape[0] == 3:
+        return w @ n
+    return n * w                     # a 0-d or (1, 1) node: broadcast instead
+
+
+def _keep_rank(reduce):
+    """A reduction over one axis for 2-D nodes; 0-d nodes pass through it unchanged."""
+    return lambda n, m, w: reduce(n) if n.ndim == 2 else n
 
 
 # Each step takes two existing nodes (indices modulo the count, so nodes get reused: fan-out).
@@ -144,10 +157,15 @@ STEPS = {
     "sigmoid": lambda n, m, w: nn.Sigmoid(n),
     "neg": lambda n, m, w: -n,
     "exp": lambda n, m, w: nn.Exp(nn.Tanh(n)),
-    "sum0": lambda n, m, w: nn.Sum(n, axis=0, keepdims=True),
-    "mean1": lambda n, m, w: nn.Mean(n, axis=1, keepdims=True),
+    "sum0": _keep_rank(lambda n: nn.Sum(n, axis=0, keepdims=True)),
+    "mean1": _keep_rank(lambda n: nn.Mean(n, axis=1, keepdims=True)),
     "transpose": lambda n, m, w: nn.Transpose(n),
     "reshape": lambda n, m, w: nn.Reshape(nn.Reshape(n, -1), n.shape),
+    "sum": lambda n, m, w: nn.Sum(n),                          # 0-d: a full reduction
+    "mean": lambda n, m, w: nn.Mean(nn.Tanh(n)),
+    "python_scalar": lambda n, m, w: 2.0 - n * 0.5 + 1,
+    "numpy_scalar": lambda n, m, w: n * np.float64(0.75) - np.float64(0.25),
+    "fan3": lambda n, m, w: n * 2.0 + n * m + nn.Tanh(n),    # n read three times here
 }
 
 PROGRAMS = st.lists(st.tuples(st.sampled_from(sorted(STEPS)), st.integers(0, 63),
@@ -185,6 +203,34 @@ def _grads(leaves):
 def test_random_dag_matches_finite_differences(program, seed):
     leaves = _leaves(seed)
     assert nn.gradcheck(lambda *xs: _total(_run(program, xs)), *leaves)
+
+
+# Programs that read a full reduction three and more times: the fan-out that lost gradient
+# contributions when a 0-d gradient became a NumPy scalar.
+FAN_OUT = [[("sum", 0, 0), ("fan3", 6, 6)], [("sum", 1, 0), ("fan3", 6, 0), ("add", 6, 7)],
+           [("mean", 4, 0), ("fan3", 6, 5), ("fan3", 6, 7)], [("fan3", 4, 5), ("fan3", 5, 4)]]
+
+
+@pytest.mark.parametrize("program", FAN_OUT)
+def test_scalars_read_by_many_consumers_match_finite_differences(program):
+    assert nn.gradcheck(lambda *xs: _total(_run(program, xs)), *_leaves(7))
+
+
+@PROPERTY
+@given(program=PROGRAMS, seed=SEEDS, low=st.sets(st.sampled_from(sorted(LEAF_SHAPES))))
+def test_float32_leaves_get_float32_gradients_that_agree_with_float64(program, seed, low):
+    """Mixed float dtypes: float64 data meets float32 parameters and scalars of both kinds."""
+    reference = _leaves(seed)
+    _total(_run(program, reference)).back()
+    mixed = _leaves(seed)
+    for name, node in zip(LEAF_SHAPES, mixed):
+        if name in low:
+            node.data = node.data.astype(np.float32)
+    _total(_run(program, mixed)).back()
+    for node, exact in zip(mixed, reference):
+        assert node.g.dtype == node.dtype and node.g.shape == node.shape
+        assert type(node.g) is np.ndarray
+        np.testing.assert_allclose(node.g, exact.g, rtol=1e-3, atol=1e-3)
 
 
 @PROPERTY
