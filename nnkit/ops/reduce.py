@@ -6,28 +6,33 @@ that g broadcasts against x.
 """
 
 __all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'CosineSimilarity', 'ArgMax']
-import numbers
+from numbers import Real
+
+import numpy
 
 from .. import backend
 from ..core import NetOp, NetVar
 from .arithmetic import _nodes
+from .shape import keyword_error, normalize_axes, normalize_axis
 
 
-def normalize_axis(op, axis, ndim):
-    """``axis`` as a sorted tuple of non-negative axes (None: every axis); errors name the op."""
+def reduced_axes(op, x, axis, keepdims):
+    """``(axes, keepdims)`` of a reduction of x: the axes a sorted tuple of non-negative axes
+    (every axis when ``axis`` is None), keepdims a bool; errors name the op and x's shape.
+
+    keepdims must be a bool: ``x.sum(0, 1)`` would otherwise sum axis 0 alone and keep it.
+    """
+    ndim = x._data.ndim
+    if keepdims is not False and keepdims is not True and not isinstance(keepdims, numpy.bool_):
+        raise TypeError(f"{op}: keepdims must be True or False, got {keepdims!r} (to reduce "
+                        "several axes give them as a tuple: axis=(0, 1))")
     if axis is None:
-        return tuple(range(ndim))
-    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
-    if not all(isinstance(a, numbers.Integral) for a in axes):
-        raise TypeError(f"{op}: axis must be an int, a tuple of ints or None, got {axis!r}")
-    result = []
-    for a in axes:
-        if not -ndim <= a < ndim:
-            raise ValueError(f"{op}: axis {a} is out of range for an input of {ndim} dimensions")
-        result.append(a % ndim)
-    if len(set(result)) != len(result):
-        raise ValueError(f"{op}: repeated axis in {axis}")
-    return tuple(sorted(result))
+        return tuple(range(ndim)), bool(keepdims)
+    axes = normalize_axes(op, axis, ndim, f"an input of {ndim} dimensions, x of shape "
+                          f"{tuple(x.shape)}", expected="an int, a tuple of ints or None")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{op}: repeated axis in {axis} for x of shape {tuple(x.shape)}")
+    return tuple(sorted(axes)), bool(keepdims)
 
 
 def expand_reduced(g, axes, keepdims, shape):
@@ -46,10 +51,9 @@ class Sum(NetOp):
     """
 
     def __init__(self, x, axis=None, keepdims=False):
-        self.axes = normalize_axis("Sum", axis, x._data.ndim)
-        self.keepdims = keepdims
+        self.axes, self.keepdims = reduced_axes("Sum", x, axis, keepdims)
         xp = backend.array_module(x._data)
-        super().__init__(xp.asarray(x._data.sum(axis=self.axes, keepdims=keepdims)), x)
+        super().__init__(xp.asarray(x._data.sum(axis=self.axes, keepdims=self.keepdims)), x)
 
     def _back(self, x):
         x.accumulate(_spread(self, self._g, x))
@@ -63,11 +67,10 @@ class Mean(NetOp):
     """
 
     def __init__(self, x, axis=None, keepdims=False):
-        self.axes = normalize_axis("Mean", axis, x._data.ndim)
+        self.axes, self.keepdims = reduced_axes("Mean", x, axis, keepdims)
         _check_not_empty("Mean", x, self.axes)
-        self.keepdims = keepdims
         xp = backend.array_module(x._data)
-        super().__init__(xp.asarray(x._data.mean(axis=self.axes, keepdims=keepdims)), x)
+        super().__init__(xp.asarray(x._data.mean(axis=self.axes, keepdims=self.keepdims)), x)
 
     def _back(self, x):
         x.accumulate(_spread(self, self._g / _count(x._data.shape, self.axes), x))
@@ -98,13 +101,12 @@ class _Extreme(NetOp):
 
     def __init__(self, x, axis=None, keepdims=False):
         name = type(self).__name__
-        self.axes = normalize_axis(name, axis, x._data.ndim)
+        self.axes, self.keepdims = reduced_axes(name, x, axis, keepdims)
         if x._data.size == 0:
             raise ValueError(f"{name}: x of shape {tuple(x.shape)} is empty")
-        self.keepdims = keepdims
         xp = backend.array_module(x._data)
         super().__init__(xp.asarray(getattr(x._data, self.reduce)(axis=self.axes,
-                                                                 keepdims=keepdims)), x)
+                                                                 keepdims=self.keepdims)), x)
 
     def _back(self, x):
         hit = (x._data == _spread(self, self._data, x)).astype(x._data.dtype)
@@ -139,14 +141,13 @@ class LogSumExp(NetOp):
     """
 
     def __init__(self, x, axis=None, keepdims=False):
-        self.axes = normalize_axis("LogSumExp", axis, x._data.ndim)
+        self.axes, self.keepdims = reduced_axes("LogSumExp", x, axis, keepdims)
         _check_not_empty("LogSumExp", x, self.axes)
-        self.keepdims = keepdims
         xp = backend.array_module(x._data)
         m = x._data.max(axis=self.axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
         y = xp.log(xp.exp(x._data - m).sum(axis=self.axes, keepdims=True)) + m
-        super().__init__(y if keepdims else y.squeeze(axis=self.axes), x)
+        super().__init__(y if self.keepdims else y.squeeze(axis=self.axes), x)
 
     def _back(self, x):
         xp = backend.array_module(x._data)
@@ -157,22 +158,25 @@ class LogSumExp(NetOp):
 class Var(NetOp):
     """Variance over ``axis`` (all axes when None), as ``numpy.var`` (``x.var(axis)``).
 
-    ddof=0 (the default) divides by n, as NumPy; ddof=1 gives the unbiased estimate.
+    ddof=0 (the default) divides by n, as NumPy; ddof=1 gives the unbiased estimate (PyTorch's
+    default, ``unbiased=True``). ddof is a number, not a bool.
 
     y = Σ_axis (x − x̄)² / (n − ddof),   x̄ = mean_axis x
     dx = expand(g) · 2 (x − x̄) / (n − ddof)
     """
 
     def __init__(self, x, axis=None, keepdims=False, ddof=0):
-        self.axes = normalize_axis("Var", axis, x._data.ndim)
-        self.keepdims = keepdims
+        self.axes, self.keepdims = reduced_axes("Var", x, axis, keepdims)
+        if isinstance(ddof, bool) or not isinstance(ddof, Real):
+            raise TypeError(f"Var: ddof must be a number (1 for the unbiased estimate), got "
+                            f"{ddof!r}")
         self.dof = _count(x._data.shape, self.axes) - ddof
-        if self.dof <= 0:
+        if not self.dof > 0:
             raise ValueError(f"Var: {_count(x._data.shape, self.axes)} values over axes "
                              f"{self.axes} of x of shape {tuple(x.shape)} leave no degrees of "
                              f"freedom with ddof={ddof}")
         self.centred = x._data - x._data.mean(axis=self.axes, keepdims=True)
-        y = (self.centred * self.centred).sum(axis=self.axes, keepdims=keepdims) / self.dof
+        y = (self.centred * self.centred).sum(axis=self.axes, keepdims=self.keepdims) / self.dof
         super().__init__(backend.array_module(x._data).asarray(y), x)
 
     def _back(self, x):
@@ -187,11 +191,10 @@ class Norm(NetOp):
     """
 
     def __init__(self, x, axis=None, keepdims=False):
-        self.axes = normalize_axis("Norm", axis, x._data.ndim)
-        self.keepdims = keepdims
+        self.axes, self.keepdims = reduced_axes("Norm", x, axis, keepdims)
         xp = backend.array_module(x._data)
         super().__init__(xp.sqrt(xp.asarray((x._data * x._data).sum(axis=self.axes,
-                                                                     keepdims=keepdims))), x)
+                                                                     keepdims=self.keepdims))), x)
 
     def _back(self, x):
         xp = backend.array_module(x._data)
@@ -219,10 +222,9 @@ class CosineSimilarity(NetOp):
             raise ValueError(f"CosineSimilarity: cannot broadcast a of shape {tuple(a.shape)} "
                              f"with b of shape {tuple(b.shape)}") from None
         product = self.a * self.b
-        if not -product.ndim <= axis < product.ndim:
-            raise ValueError(f"CosineSimilarity: axis {axis} is out of range for a of shape "
-                             f"{tuple(a.shape)} and b of shape {tuple(b.shape)}")
-        self.axis = axis % product.ndim
+        self.axis = normalize_axis("CosineSimilarity", axis, product.ndim,
+                                   f"a of shape {tuple(a.shape)} and b of shape "
+                                   f"{tuple(b.shape)}")
         self.na = xp.sqrt((self.a * self.a).sum(axis=self.axis, keepdims=True))
         self.nb = xp.sqrt((self.b * self.b).sum(axis=self.axis, keepdims=True))
         self.eps = eps
@@ -248,21 +250,40 @@ class ArgMax(NetOp):
     """
 
     def __init__(self, x, axis=None, keepdims=False):
+        axes, keepdims = reduced_axes("ArgMax", x, axis, keepdims)
         if axis is not None:
-            axis = normalize_axis("ArgMax", axis, x._data.ndim)
-            if len(axis) != 1:
+            if len(axes) != 1:
                 raise ValueError(f"ArgMax: give one axis, not {axis}")
-            axis = axis[0]
-        _check_not_empty("ArgMax", x, tuple(range(x._data.ndim)) if axis is None else (axis,))
+            axis = axes[0]
+        _check_not_empty("ArgMax", x, axes)
         xp = backend.array_module(x._data)
         super().__init__(xp.asarray(x._data.argmax(axis=axis, keepdims=keepdims)))
 
 
-NetVar.max = lambda x, axis=None, keepdims=False: Max(x, axis, keepdims)
-NetVar.min = lambda x, axis=None, keepdims=False: Min(x, axis, keepdims)
-NetVar.logsumexp = lambda x, axis=None, keepdims=False: LogSumExp(x, axis, keepdims)
-NetVar.var = lambda x, axis=None, keepdims=False, ddof=0: Var(x, axis, keepdims, ddof)
-NetVar.norm = lambda x, axis=None, keepdims=False: Norm(x, axis, keepdims)
-NetVar.argmax = lambda x, axis=None, keepdims=False: ArgMax(x, axis, keepdims)
-NetVar.sum = lambda x, axis=None, keepdims=False: Sum(x, axis, keepdims)
-NetVar.mean = lambda x, axis=None, keepdims=False: Mean(x, axis, keepdims)
+def _method(name, op, hint=""):
+    """The NetVar method ``name``: ``x.name(axis=None, keepdims=False)`` builds ``op``."""
+    def method(x, axis=None, keepdims=False, **keywords):
+        if keywords:
+            raise keyword_error(name, keywords, hint)
+        return op(x, axis, keepdims)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _var(x, axis=None, keepdims=False, ddof=0, **keywords):
+    if keywords:
+        raise keyword_error("var", keywords, " (ddof=1 for the unbiased estimate)")
+    return Var(x, axis, keepdims, ddof)
+
+
+_NO_ORDER = ("; nnkit's norm is always the L2 norm, and its first argument is the axis, not "
+             "PyTorch's or NumPy's order p")
+
+NetVar.sum = _method("sum", Sum)
+NetVar.mean = _method("mean", Mean)
+NetVar.max = _method("max", Max)
+NetVar.min = _method("min", Min)
+NetVar.logsumexp = _method("logsumexp", LogSumExp)
+NetVar.var = _var
+NetVar.norm = _method("norm", Norm, _NO_ORDER)
+NetVar.argmax = _method("argmax", ArgMax)

@@ -1,12 +1,64 @@
 """Shape ops: reshape and transpose. They move elements without changing them.
 
+Also the checks the op files share for what users pass them: ``normalize_axes`` and
+``normalize_axis`` for axis arguments, and ``keyword_error`` for the NetVar methods called with
+PyTorch's keywords.
 Notation: input x, output y, upstream gradient g.
 """
 
 __all__ = ['Reshape', 'Transpose']
+from numbers import Integral
+
 import numpy
 
 from ..core import NetOp, NetVar
+
+
+def normalize_axes(op, axes, ndim, where, name="axis", expected="an int or a tuple of ints"):
+    """``axes`` (an int, or a tuple or list of ints) as a tuple of axes in 0..ndim − 1, in the
+    order given; a negative axis counts from the end, as in NumPy.
+
+    ``where`` says what the axes index, for the messages (e.g. "x of shape (2, 3)"). TypeError
+    for anything but ints, a bool included (True is an int in Python, but no axis); ValueError
+    for an axis outside −ndim..ndim − 1. Repeats are the caller's to refuse or allow.
+    """
+    items = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    result = []
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, Integral):
+            raise TypeError(f"{op}: {name} must be {expected}, got {axes!r}")
+        if not -ndim <= a < ndim:
+            label = f"{name} {a}" if a is axes else f"axis {a} (in {name}={axes!r})"
+            raise ValueError(f"{op}: {label} is out of range for {where} (axes run from "
+                             f"{-ndim} to {ndim - 1})")
+        result.append(int(a) % ndim)
+    return tuple(result)
+
+
+def normalize_axis(op, axis, ndim, where, name="axis"):
+    """One axis (an int, not a tuple) as an int in 0..ndim − 1; see ``normalize_axes``."""
+    if isinstance(axis, (tuple, list)):
+        raise TypeError(f"{op}: {name} must be an int, got {axis!r}")
+    return normalize_axes(op, axis, ndim, where, name, expected="an int")[0]
+
+
+# nnkit's spelling of the keywords PyTorch users reach for
+_SPELLINGS = {"dim": "axis", "keepdim": "keepdims", "start_dim": "start", "end_dim": "end",
+              "unbiased": "ddof", "correction": "ddof"}
+
+
+def keyword_error(method, keywords, hint=""):
+    """The TypeError for a NetVar method given keywords it does not take.
+
+    The methods take ``**keywords`` only to word this error (they look at it only when it is
+    not empty): PyTorch's ``dim=`` and ``keepdim=`` get nnkit's ``axis=`` and ``keepdims=``.
+    """
+    name = next(iter(keywords))
+    if name in _SPELLINGS:
+        ours = _SPELLINGS[name]
+        return TypeError(f"{method}(): nnkit spells the {ours} argument {ours}=, not "
+                         f"{name}={hint}")
+    return TypeError(f"{method}() got an unexpected keyword argument {name!r}{hint}")
 
 
 class Reshape(NetOp):
@@ -21,7 +73,9 @@ class Reshape(NetOp):
             shape = tuple(shape[0])
         try:
             y = x._data.reshape(shape)
-        except (ValueError, TypeError):
+        except TypeError:
+            raise TypeError(f"Reshape: the shape must be ints, got {shape}") from None
+        except ValueError:
             raise ValueError(f"Reshape: cannot reshape {tuple(x.shape)} into {shape}") from None
         super().__init__(y, x)
 
@@ -34,16 +88,21 @@ class Transpose(NetOp):
 
     y = transpose(x, axes)
     dx = transpose(g, inverse(axes))
+    ``axes`` names every axis of x once, in its new order (negative ones count from the end).
     """
 
     def __init__(self, x, axes=None):
         ndim = x._data.ndim
         if axes is None:
             axes = tuple(reversed(range(ndim)))
-        axes = tuple(int(a) % ndim if ndim else int(a) for a in axes)
-        if sorted(axes) != list(range(ndim)):
-            raise ValueError(f"Transpose: axes {axes} are not a permutation of the "
-                             f"{ndim} axes of {tuple(x.shape)}")
+        else:
+            given = axes
+            axes = normalize_axes("Transpose", axes, ndim, f"x of shape {tuple(x.shape)}", "axes")
+            if sorted(axes) != list(range(ndim)):
+                raise ValueError(f"Transpose: axes {given!r} are not a permutation of the {ndim} "
+                                 f"axes of x of shape {tuple(x.shape)}; give every axis in its "
+                                 "new order (PyTorch's transpose(dim0, dim1) swaps two axes: "
+                                 "here name them all, e.g. (0, 2, 1))")
         self.axes = axes
         super().__init__(x._data.transpose(axes), x)
 
@@ -51,8 +110,22 @@ class Transpose(NetOp):
         x.accumulate(self._g.transpose(tuple(numpy.argsort(self.axes))))
 
 
-NetVar.reshape = lambda x, *shape: Reshape(x, *shape)
-NetVar.transpose = lambda x, *axes: Transpose(x, (axes[0] if len(axes) == 1 and
-                                                   isinstance(axes[0], (tuple, list))
-                                                   else axes) or None)
+def _reshape(x, *shape, **keywords):
+    if keywords:
+        raise keyword_error("reshape", keywords)
+    return Reshape(x, *shape)
+
+
+def _transpose(x, *axes, **keywords):
+    if keywords:
+        raise keyword_error("transpose", keywords, "; give the new order of every axis, e.g. "
+                            "x.transpose(1, 0, 2)")
+    if not axes:
+        return Transpose(x)
+    return Transpose(x, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list))
+                     else axes)
+
+
+NetVar.reshape = _reshape
+NetVar.transpose = _transpose
 NetVar.T = property(lambda x: Transpose(x))

@@ -150,3 +150,97 @@ def test_cosine_similarity_matches_pytorch(torch, rng):
         assert_matches_pytorch(torch, lambda a, b: nn.CosineSimilarity(a, b, axis=axis),
                                lambda a, b: F.cosine_similarity(a, b, dim=axis), z, other,
                                rng=rng, rtol=1e-10, grad_rtol=1e-9, grad_atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- bad axes, keepdims
+
+AXIS_OPS = [nn.Sum, nn.Mean, nn.Max, nn.Min, nn.LogSumExp, nn.Var, nn.Norm, nn.ArgMax]
+
+
+@pytest.mark.parametrize("op", AXIS_OPS)
+@pytest.mark.parametrize("axis", [True, False, (0, True), np.bool_(True), 1.0, "1"])
+def test_reductions_refuse_an_axis_that_is_not_an_int(op, axis, rng):
+    # True is an int in Python: x.sum(True) summed axis 1
+    with pytest.raises(TypeError, match=rf"{op.__name__}: axis must be an int, a tuple of ints or "
+                                        r"None, got "):
+        op(var64(rng, 2, 3), axis)
+
+
+@pytest.mark.parametrize("op", AXIS_OPS)
+def test_reductions_refuse_axes_out_of_range_naming_the_shape(op, rng):
+    for axis in (2, -3, (0, 2)):
+        with pytest.raises(ValueError, match=rf"{op.__name__}: axis -?[23] (\(in axis=\(0, 2\)\) )?is "
+                                             r"out of range for an input of 2 dimensions, x of "
+                                             r"shape \(2, 3\)"):
+            op(var64(rng, 2, 3), axis)
+    with pytest.raises(ValueError, match=rf"{op.__name__}: repeated axis in \(1, -1\)"):
+        op(var64(rng, 2, 3), (1, -1))
+
+
+@pytest.mark.parametrize("op", AXIS_OPS)
+@pytest.mark.parametrize("keepdims", [1, 0, "no", None, (1,)])
+def test_reductions_refuse_keepdims_that_is_not_a_bool(op, keepdims, rng):
+    # x.sum(0, 1) (two axes, PyTorch-style) summed axis 0 alone and kept it
+    with pytest.raises(TypeError, match=rf"{op.__name__}: keepdims must be True or False, got "
+                                        r".*axis=\(0, 1\)"):
+        op(var64(rng, 2, 3), 0, keepdims)
+
+
+def test_reductions_take_numpy_ints_and_bools(rng):
+    x = var64(rng, 2, 3)
+    np.testing.assert_allclose(nn.Sum(x, np.int64(1), np.bool_(True)).data,
+                               x.data.sum(1, keepdims=True))
+    assert nn.ArgMax(x, np.int64(-1)).shape == (2,)
+
+
+@pytest.mark.parametrize("ddof", [True, "1", None])
+def test_var_refuses_a_ddof_that_is_not_a_number(ddof, rng):
+    with pytest.raises(TypeError, match=r"Var: ddof must be a number \(1 for the unbiased "
+                                        r"estimate\), got "):
+        nn.Var(var64(rng, 4, 3), 0, ddof=ddof)
+    with pytest.raises(ValueError, match="Var: 4 values over axes .* leave no degrees of freedom"):
+        nn.Var(var64(rng, 4, 3), 0, ddof=float("nan"))      # NaN ddof gave a NaN variance
+    np.testing.assert_allclose(nn.Var(var64(rng, 4, 3), 0, ddof=1.5).data.shape, (3,))
+
+
+@pytest.mark.parametrize("axis", [True, 1.0, (1, 0)])
+def test_cosine_similarity_refuses_an_axis_that_is_not_an_int(axis, rng):
+    with pytest.raises(TypeError, match=r"CosineSimilarity: axis must be an int, got "):
+        nn.CosineSimilarity(var64(rng, 3, 4), var64(rng, 3, 4), axis)
+    with pytest.raises(ValueError, match=r"CosineSimilarity: axis 2 is out of range for a of "
+                                         r"shape \(3, 4\) and b of shape \(3, 4\)"):
+        nn.CosineSimilarity(var64(rng, 3, 4), var64(rng, 3, 4), 2)
+
+
+# ----------------------------------------------------------------------------- PyTorch's keywords
+
+METHODS = ["sum", "mean", "max", "min", "logsumexp", "var", "norm", "argmax"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_methods_name_nnkits_spelling_of_dim_and_keepdim(method, rng):
+    x = var64(rng, 2, 3)
+    with pytest.raises(TypeError, match=rf"^{method}\(\): nnkit spells the axis argument axis=, "
+                                        r"not dim="):
+        getattr(x, method)(dim=1)
+    with pytest.raises(TypeError, match=rf"^{method}\(\): nnkit spells the keepdims argument "
+                                        r"keepdims=, not keepdim="):
+        getattr(x, method)(1, keepdim=True)
+    with pytest.raises(TypeError, match=rf"^{method}\(\) got an unexpected keyword argument "
+                                        r"'axes'"):
+        getattr(x, method)(axes=1)
+    assert getattr(x, method)(axis=1, keepdims=True).shape == (2, 1)
+
+
+def test_var_and_norm_methods_explain_pytorchs_other_keywords(rng):
+    x = var64(rng, 2, 3)
+    with pytest.raises(TypeError, match=r"var\(\): nnkit spells the ddof argument ddof=, not "
+                                        r"unbiased= \(ddof=1 for the unbiased estimate\)"):
+        x.var(1, unbiased=True)
+    with pytest.raises(TypeError, match=r"var\(\): nnkit spells the ddof argument ddof=, not "
+                                        r"correction="):
+        x.var(1, correction=1)
+    with pytest.raises(TypeError, match=r"norm\(\) got an unexpected keyword argument 'p'; "
+                                        r"nnkit's norm is always the L2 norm"):
+        x.norm(p=1)
+    np.testing.assert_allclose(x.var(1, ddof=1).data, x.data.var(1, ddof=1))
