@@ -5,11 +5,13 @@ element came from. Notation: input x (inputs x₁…xₖ for joins), output y, u
 """
 
 __all__ = ['GetItem', 'Concat', 'Stack', 'Split', 'Flatten', 'Pad', 'Broadcast']
+from numbers import Integral
+
 import numpy
 
 from .. import backend
 from ..core import NetOp, NetVar, constant
-from .shape import Reshape
+from .shape import Reshape, keyword_error, normalize_axis
 
 
 def scatter_add(target, index, values):
@@ -29,7 +31,8 @@ def _index_part(part, xp):
         part = part._data
         if part.dtype.kind not in "biu":
             raise IndexError(f"GetItem: an index NetVar must hold integers or booleans, "
-                             f"got dtype {part.dtype} (build it with dtype=int)")
+                             f"got dtype {part.dtype} (build it with dtype=int, or "
+                             "dtype=bool for a mask)")
     if isinstance(part, list) or (hasattr(part, "dtype") and getattr(part, "ndim", 0)):
         part = xp.asarray(part)     # lists, and index arrays moved to the data's device
     return part
@@ -90,9 +93,7 @@ def _join_inputs(op, xs):
 
 
 def _check_axis(op, axis, ndim, shape):
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{op}: axis {axis} is out of range for inputs of shape {shape}")
-    return axis % ndim
+    return normalize_axis(op, axis, ndim, f"inputs of shape {shape}")
 
 
 class Concat(NetOp):
@@ -150,19 +151,27 @@ class Stack(NetOp):
 def Split(x, sections, axis=0):
     """Split x along ``axis`` into a list of GetItem nodes, as ``numpy.split``.
 
-    ``sections`` is a number of equal parts, or the sorted indices where the cuts go.
+    ``sections`` is a number of equal parts, or the indices where the cuts go, sorted and in
+    0..n (n the length of the axis). Cuts are not PyTorch's part sizes: ``[1, 3]`` on an axis of
+    4 makes three parts, x[:1], x[1:3] and x[3:].
     yᵢ = x[…, startᵢ:endᵢ, …];  dx gets each gᵢ back in its slice (through GetItem).
     """
     shape = tuple(x.shape)
     axis = _check_axis("Split", axis, len(shape), shape)
     n = shape[axis]
-    if isinstance(sections, int):
+    if isinstance(sections, Integral) and not isinstance(sections, bool):
         if sections <= 0 or n % sections:
             raise ValueError(f"Split: cannot split axis {axis} of length {n} of x of shape "
                              f"{shape} into {sections} equal parts")
         cuts = list(range(n // sections, n, n // sections))
     else:
-        cuts = [int(c) for c in sections]
+        cuts = list(sections) if isinstance(sections, (tuple, list, numpy.ndarray)) else [None]
+        if not all(isinstance(c, Integral) and not isinstance(c, bool) for c in cuts):
+            raise TypeError(f"Split: sections must be a number of parts or a list of cut "
+                            f"indices (ints), got {sections!r}")
+        if any(not 0 <= c <= n for c in cuts) or cuts != sorted(cuts):
+            raise ValueError(f"Split: the cuts {[int(c) for c in cuts]} must be sorted and lie "
+                             f"in 0..{n}, the length of axis {axis} of x of shape {shape}")
     bounds = [0] + cuts + [n]
     lead = (slice(None),) * axis
     return [GetItem(x, lead + (slice(start, end),)) for start, end in zip(bounds, bounds[1:])]
@@ -180,9 +189,12 @@ class Flatten(Reshape):
     def __init__(self, x, start=1, end=-1):
         shape = tuple(x.shape)
         ndim = len(shape)
+        for name, axis in (("start", start), ("end", end)):
+            if isinstance(axis, bool) or not isinstance(axis, Integral):
+                raise TypeError(f"Flatten: {name} must be an int, got {axis!r}")
         if not (-ndim <= start < ndim and -ndim <= end < ndim) or start % ndim > end % ndim:
             raise ValueError(f"Flatten: axes {start}..{end} do not span x of shape {shape}")
-        start, end = start % ndim, end % ndim
+        start, end = int(start) % ndim, int(end) % ndim
         merged = 1
         for n in shape[start:end + 1]:
             merged *= n
@@ -190,8 +202,11 @@ class Flatten(Reshape):
 
 
 def _pad_widths(pad_width, ndim, shape):
+    given = numpy.asarray(pad_width, dtype=object)
+    if not all(isinstance(w, Integral) and not isinstance(w, bool) for w in given.flat):
+        raise TypeError(f"Pad: pad_width must be ints, got {pad_width!r}")
     try:
-        widths = numpy.broadcast_to(numpy.asarray(pad_width, dtype=numpy.int64), (ndim, 2))
+        widths = numpy.broadcast_to(given.astype(numpy.int64), (ndim, 2))
     except ValueError:
         raise ValueError(f"Pad: pad_width {pad_width!r} does not fit x of shape {shape}; give "
                          "an int, a (before, after) pair or one pair per axis") from None
@@ -228,10 +243,12 @@ class Broadcast(NetOp):
     """
 
     def __init__(self, x, shape):
-        shape = tuple(shape)
+        shape = (shape,) if isinstance(shape, Integral) else tuple(shape)
         xp = backend.array_module(x._data)
         try:
             y = xp.broadcast_to(x._data, shape)
+        except TypeError:
+            raise TypeError(f"Broadcast: the shape must be ints, got {shape}") from None
         except ValueError:
             raise ValueError(f"Broadcast: cannot broadcast x of shape {tuple(x.shape)} to "
                              f"{shape}") from None
@@ -241,11 +258,20 @@ class Broadcast(NetOp):
         x.accumulate(self._g)
 
 
-def _shape_args(shape):
-    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+def _flatten(x, start=1, end=-1, **keywords):
+    if keywords:
+        raise keyword_error("flatten", keywords)
+    return Flatten(x, start, end)
+
+
+def _expand(x, *shape, **keywords):
+    if keywords:
+        raise keyword_error("expand", keywords)
+    return Broadcast(x, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
+                     else shape)
 
 
 NetVar.__getitem__ = lambda x, index: GetItem(x, index)
-NetVar.flatten = lambda x, start=1, end=-1: Flatten(x, start, end)
-NetVar.expand = lambda x, *shape: Broadcast(x, _shape_args(shape))
+NetVar.flatten = _flatten
+NetVar.expand = _expand
 NetVar.broadcast_to = lambda x, shape: Broadcast(x, shape)

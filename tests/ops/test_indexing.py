@@ -140,3 +140,99 @@ def test_getitem_gradient_is_a_one_hot_product(rows):
     np.testing.assert_array_equal(y.data, x.data[rows])
     y.back(g)
     np.testing.assert_allclose(x.g, np.eye(5)[rows].T @ g)
+
+
+# ----------------------------------------------------------------------------- bad axes and sizes
+
+def _joins(rng):
+    a = var64(rng, 2, 4)
+    return {"Concat": lambda axis: nn.Concat([a, a], axis),
+            "Stack": lambda axis: nn.Stack([a, a], axis),
+            "Split": lambda axis: nn.Split(a, 2, axis)}
+
+
+@pytest.mark.parametrize("op", ["Concat", "Stack", "Split"])
+@pytest.mark.parametrize("axis", [True, False, 1.0, 1.5, (0, 1), None])
+def test_joins_refuse_an_axis_that_is_not_an_int(op, axis, rng):
+    # True is an int in Python: Concat([a, a], True) joined along axis 1
+    with pytest.raises(TypeError, match=rf"{op}: axis must be an int, got "):
+        _joins(rng)[op](axis)
+
+
+@pytest.mark.parametrize("op, axis", [("Concat", 2), ("Concat", -3), ("Stack", 3), ("Stack", -4),
+                                      ("Split", 2)])
+def test_joins_refuse_an_axis_out_of_range(op, axis, rng):
+    with pytest.raises(ValueError, match=rf"{op}: axis {axis} is out of range for inputs of "
+                                         r"shape \(2, 4\)"):
+        _joins(rng)[op](axis)
+    assert _joins(rng)[op](-1) is not None
+
+
+@pytest.mark.parametrize("sections", [True, 2.0, [1.5], [True], "2", None])
+def test_split_refuses_sections_that_are_not_ints(sections, rng):
+    # True made one part; [True] cut at 1
+    with pytest.raises(TypeError, match=r"Split: sections must be a number of parts or a list of "
+                                        r"cut indices \(ints\), got "):
+        nn.Split(var64(rng, 2, 4), sections, axis=1)
+
+
+@pytest.mark.parametrize("cuts", [[3, 1], [5], [-1], [1, 5]])
+def test_split_refuses_cuts_unsorted_or_out_of_range(cuts, rng):
+    # [3, 1] gave parts x[:3], x[3:1] (empty) and x[1:]: 6 columns out of 4
+    with pytest.raises(ValueError, match=r"Split: the cuts \[.*\] must be sorted and lie in 0..4, "
+                                         r"the length of axis 1 of x of shape \(2, 4\)"):
+        nn.Split(var64(rng, 2, 4), cuts, axis=1)
+
+
+def test_split_takes_numpy_ints(rng):
+    x = var64(rng, 2, 4)
+    assert [p.shape for p in nn.Split(x, np.int64(2), axis=1)] == [(2, 2), (2, 2)]
+    assert [p.shape for p in nn.Split(x, np.array([1, 3]), axis=1)] == [(2, 1), (2, 2), (2, 1)]
+    assert [p.shape for p in nn.Split(x, [0, 4], axis=1)] == [(2, 0), (2, 4), (2, 0)]
+
+
+@pytest.mark.parametrize("start, end", [(True, -1), (1.0, -1), (0, 2.5), (0, False)])
+def test_flatten_refuses_axes_that_are_not_ints(start, end, rng):
+    with pytest.raises(TypeError, match=r"Flatten: (start|end) must be an int, got "):
+        nn.Flatten(var64(rng, 2, 3, 4), start, end)
+
+
+@pytest.mark.parametrize("pad_width", [1.5, True, (1, 2.5), [(1, 1), (0, True)], "1"])
+def test_pad_refuses_widths_that_are_not_ints(pad_width, rng):
+    # 1.5 padded 1 cell and True padded 1
+    with pytest.raises(TypeError, match=r"Pad: pad_width must be ints, got "):
+        nn.Pad(var64(rng, 2, 3), pad_width)
+    assert nn.Pad(var64(rng, 2, 3), np.int64(1)).shape == (4, 5)
+
+
+def test_broadcast_shape_errors_name_the_op(rng):
+    x = var64(rng, 1, 3)
+    with pytest.raises(TypeError, match=r"Broadcast: the shape must be ints, got \(2, 3.0\)"):
+        nn.Broadcast(x, (2, 3.0))
+    with pytest.raises(TypeError, match=r"Broadcast: the shape must be ints, got \(True, 3\)"):
+        x.expand(True, 3)
+    assert nn.Broadcast(nn.constant(np.ones(1)), 4).shape == (4,)        # an int is a shape
+
+
+def test_getitem_float_netvar_index_error_names_both_fixes(rng):
+    x = var64(rng, 3, 4)
+    with pytest.raises(IndexError, match=r"GetItem: an index NetVar must hold integers or "
+                                         r"booleans, got dtype float32 \(build it with dtype=int, "
+                                         r"or dtype=bool for a mask\)"):
+        x[nn.NetVar(x.data > 0)]               # NetVar makes bools float32 unless dtype=bool
+    mask = nn.NetVar(x.data > 0, dtype=bool)
+    np.testing.assert_array_equal(x[mask].data, x.data[x.data > 0])
+
+
+def test_methods_name_nnkits_spelling_of_pytorchs_keywords(rng):
+    x = var64(rng, 2, 3, 4)
+    with pytest.raises(TypeError, match=r"flatten\(\): nnkit spells the start argument start=, "
+                                        r"not start_dim="):
+        x.flatten(start_dim=0)
+    with pytest.raises(TypeError, match=r"flatten\(\): nnkit spells the end argument end=, "
+                                        r"not end_dim="):
+        x.flatten(end_dim=1)
+    with pytest.raises(TypeError, match=r"expand\(\) got an unexpected keyword argument 'size'"):
+        x.expand(size=(2, 3, 4))
+    assert x.flatten(0, 1).shape == (6, 4)
+    assert x[:1].expand((3, 3, 4)).shape == (3, 3, 4)
