@@ -12,7 +12,7 @@ __all__ = ['Conv2D', 'MaxPool2D', 'AvgPool2D']
 import numpy
 
 from .. import backend
-from ..core import NetOp
+from ..core import NetOp, NetVar, constant
 
 
 def _whole(value):
@@ -20,13 +20,25 @@ def _whole(value):
 
 
 def _pair(op, name, value, minimum):
-    """An int or a pair of ints (tuple or list), each at least ``minimum``, as a pair."""
+    """An int or a pair of ints (tuple or list), each at least ``minimum``, as a pair.
+
+    TypeError for anything but ints (a bool or a float included), ValueError for a pair of
+    another length or a value below ``minimum``.
+    """
     pair = (value, value) if _whole(value) else \
-        tuple(value) if isinstance(value, (tuple, list)) else ()
-    if len(pair) != 2 or not all(_whole(v) and v >= minimum for v in pair):
+        tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not all(_whole(v) for v in pair):
+        raise TypeError(f"{op}: {name} must be an int or a pair of ints ≥ {minimum}, got "
+                        f"{value!r}")
+    if len(pair) != 2 or not all(v >= minimum for v in pair):
         raise ValueError(f"{op}: {name} must be an int or a pair of ints ≥ {minimum}, got "
                          f"{value!r}")
     return int(pair[0]), int(pair[1])
+
+
+def _node(value):
+    """An array or list operand as a constant node (as the arithmetic ops take them)."""
+    return value if value is None or isinstance(value, NetVar) else constant(value)
 
 
 def _check_nchw(op, x):
@@ -73,23 +85,24 @@ class Conv2D(NetOp):
         x̃ = x padded with p zeros on each side;  H' = (H + 2p − kh) // s + 1 (likewise W')
     as matrices (im2col): X = columns of x̃'s windows (C·kh·kw, N·H'·W'), Y = W·X + b
     dW = G·Xᵀ,   db = Σ_{n, r, c} g,   dX = Wᵀ·G, added back window by window (col2im)
-    w is (O, C, kh, kw); b holds O values or is None; stride and padding are an int or a
-    (vertical, horizontal) pair.
+    w is (O, C, kh, kw) with O, kh, kw ≥ 1; b is (O,), (1, O) or None; stride and padding are
+    an int or a (vertical, horizontal) pair.
     """
 
     def __init__(self, x, w, b=None, stride=1, padding=0):
+        x, w, b = _node(x), _node(w), _node(b)
         _check_nchw("Conv2D", x)
         xd, wd = x._data, w._data
-        if wd.ndim != 4:
-            raise ValueError(f"Conv2D: w must be (C_out, C_in, kh, kw), got shape "
-                             f"{tuple(wd.shape)}")
+        if wd.ndim != 4 or 0 in wd.shape:
+            raise ValueError(f"Conv2D: w must be (C_out, C_in, kh, kw) with no zero size, got "
+                             f"shape {tuple(wd.shape)}")
         if wd.shape[1] != xd.shape[1]:
             raise ValueError(f"Conv2D: w of shape {tuple(wd.shape)} expects {wd.shape[1]} input "
                              f"channels, x of shape {tuple(xd.shape)} has {xd.shape[1]}")
         O = wd.shape[0]
-        if b is not None and b._data.size != O:
-            raise ValueError(f"Conv2D: b of shape {tuple(b.shape)} does not hold one value for "
-                             f"each of the {O} output channels")
+        if b is not None and tuple(b.shape) not in ((O,), (1, O)):
+            raise ValueError(f"Conv2D: b of shape {tuple(b.shape)} must be ({O},) or (1, {O}): "
+                             f"one value for each of the {O} output channels")
         stride = _pair("Conv2D", "stride", stride, 1)
         self.padding = _pair("Conv2D", "padding", padding, 0)
         xp = backend.array_module(xd)
@@ -169,6 +182,7 @@ class MaxPool2D(_Pool):
     """
 
     def __init__(self, x, size, stride=None, padding=0):
+        x = _node(x)
         patches = self._windows(x, size, stride, padding, -numpy.inf)
         xp = backend.array_module(x._data)
         stacked = xp.stack(patches)
@@ -193,6 +207,10 @@ class AvgPool2D(_Pool):
     """
 
     def __init__(self, x, size, stride=None, padding=0, count_include_pad=True):
+        if not isinstance(count_include_pad, (bool, numpy.bool_)):
+            raise TypeError(f"AvgPool2D: count_include_pad must be True or False, got "
+                            f"{count_include_pad!r}")
+        x = _node(x)
         patches = self._windows(x, size, stride, padding, 0)
         y = patches[0].copy()
         for patch in patches[1:]:

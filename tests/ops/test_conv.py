@@ -1,5 +1,7 @@
 """Conv2D / MaxPool2D / AvgPool2D: gradchecks, PyTorch parity (values and gradients), errors,
 the padded pools and an FFN with padded pools saved and loaded."""
+import re
+
 import numpy as np
 import pytest
 
@@ -212,9 +214,13 @@ def test_pool_padding_errors(op, rng):
     with pytest.raises(ValueError, match=rf"{name}: padding \(1, 2\) must be at most half the "
                                          r"2×3 window"):
         op(x, (2, 3), 1, (1, 2))
-    for bad in (-1, (1, -1), (1, 1, 1), 1.0, 0.5, "1", True):
+    for bad in (-1, (1, -1), (1, 1, 1)):
         with pytest.raises(ValueError, match=rf"{name}: padding must be an int or a pair of "
                                              r"ints ≥ 0, got "):
+            op(x, 2, 2, bad)
+    for bad in (1.0, 0.5, "1", True, (1, 1.0), None):      # wrong types: TypeError
+        with pytest.raises(TypeError, match=rf"{name}: padding must be an int or a pair of "
+                                            r"ints ≥ 0, got "):
             op(x, 2, 2, bad)
 
 
@@ -231,3 +237,53 @@ def test_ffn_with_padded_pools_saves_and_loads(rng, tmp_path):
     assert loaded.topology[1][1:] == (2, 2, 1)
     assert loaded.topology[2][1:] == (3, 1, (1, 0), False)
     np.testing.assert_array_equal(loaded(x).data, before)
+
+
+# ----------------------------------------------------------------------------- bad arguments
+
+def test_conv2d_refuses_a_kernel_or_an_output_of_size_zero(rng):
+    # a 0-row kernel gave a (2, 4, 7, 4) output of bias values, larger than x
+    x = var64(rng, 2, 3, 6, 6)
+    for shape in ((4, 3, 0, 3), (4, 3, 3, 0), (0, 3, 3, 3)):
+        with pytest.raises(ValueError, match=r"Conv2D: w must be \(C_out, C_in, kh, kw\) with no "
+                                             rf"zero size, got shape \({', '.join(map(str, shape))}\)"):
+            nn.Conv2D(x, nn.NetVar(np.zeros(shape)))
+
+
+def test_conv2d_refuses_a_bias_of_another_shape(rng):
+    # a (2, 2) bias for 4 output channels was read as 4 values in row order
+    x, w = var64(rng, 2, 3, 6, 6), var64(rng, 4, 3, 3, 3)
+    for shape in ((2, 2), (4, 1), (1, 4, 1)):
+        with pytest.raises(ValueError, match=r"Conv2D: b of shape \(.*\) must be \(4,\) or "
+                                             r"\(1, 4\): one value for each of the 4 output"):
+            nn.Conv2D(x, w, nn.NetVar(np.zeros(shape)))
+    for b in (nn.constant(np.ones(4)), nn.NetVar(np.ones(4))):        # (4,) and (1, 4)
+        np.testing.assert_allclose(nn.Conv2D(x, w, b).data, nn.Conv2D(x, w).data + 1)
+
+
+@pytest.mark.parametrize("name, bad", [("stride", True), ("stride", 1.0), ("stride", (1, 2.0)),
+                                       ("padding", np.float64(1))])
+def test_conv2d_refuses_strides_and_paddings_that_are_not_ints(name, bad, rng):
+    with pytest.raises(TypeError, match=rf"Conv2D: {name} must be an int or a pair of ints ≥ "
+                                        rf"\d, got {re.escape(repr(bad))}"):
+        nn.Conv2D(var64(rng, 1, 1, 5, 5), var64(rng, 1, 1, 3, 3), **{name: bad})
+
+
+def test_conv_and_pools_take_arrays_as_constants(rng):
+    # an array operand failed with an AttributeError on ._data
+    x, w, b = var64(rng, 2, 3, 6, 6), var64(rng, 4, 3, 3, 3), var64(rng, 4)
+    expected = nn.Conv2D(x, w, b).data
+    np.testing.assert_array_equal(nn.Conv2D(x.data, w, b.data).data, expected)
+    y = nn.Conv2D(x, w.data, b)
+    y.back()
+    assert x.g.shape == x.shape and b.g.shape == b.shape
+    for pool in (nn.MaxPool2D, nn.AvgPool2D):
+        np.testing.assert_array_equal(pool(x.data, 2).data, pool(x, 2).data)
+
+
+@pytest.mark.parametrize("flag", ["no", None, 0, 1])
+def test_avg_pool_refuses_count_include_pad_that_is_not_a_bool(flag, rng):
+    # "no" is truthy: it counted the padding
+    with pytest.raises(TypeError, match=r"AvgPool2D: count_include_pad must be True or False, "
+                                        r"got "):
+        nn.AvgPool2D(var64(rng, 1, 1, 4, 4), 3, 1, 1, count_include_pad=flag)
