@@ -6,13 +6,21 @@ import numbers
 
 import numpy
 
-from .. import backend
 from ..core import NetVar, get_dtype
+from ..init import as_generator
 from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
 
 _LAYERS = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
+
+
+def _check_size(owner, name, size):
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+        raise TypeError(f"{owner}: {name} must be a positive integer, got "
+                        f"{type(size).__name__} {size!r}")
+    if size < 1:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {size!r}")
 
 
 def _uniform(generator, limit, shape):
@@ -30,9 +38,12 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     if cell not in _LAYERS:
         raise ValueError(f"recurrent_weights: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
     for name, size in (("inputs", inputs), ("hidden", hidden)):
-        if not (isinstance(size, numbers.Integral) and size >= 1):
-            raise ValueError(f"recurrent_weights: {name} must be a positive integer, got {size!r}")
-    generator = backend.as_generator(seed)
+        _check_size("recurrent_weights", name, size)
+    if isinstance(forget_bias, bool) or not isinstance(forget_bias, numbers.Real) \
+            or not math.isfinite(forget_bias):
+        raise ValueError(f"recurrent_weights: forget_bias must be a finite number, got "
+                         f"{forget_bias!r}")
+    generator = as_generator(seed, "recurrent_weights")
     layer = _LAYERS[cell]
     k = layer.gates
     limit = 1 / math.sqrt(hidden)
@@ -42,6 +53,16 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     if cell == 'lstm':
         b[0, hidden:2 * hidden] = forget_bias
     return W, R, NetVar(b)
+
+
+def _describe(value):
+    """What a user gave, for an error: its type and shape, or its items' types."""
+    if hasattr(value, "shape"):
+        return f"a single {type(value).__name__} of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of " + ", ".join(
+            type(item).__name__ for item in value)
+    return f"{type(value).__name__} {value!r}"
 
 
 class SequenceModel:
@@ -55,18 +76,29 @@ class SequenceModel:
     table. cell: 'lstm' (forget-gate bias 1), 'gru' or 'rnn' (with ``activation``).
     per_step=True gives logits (T, B, outputs) at every step (a language model);
     per_step=False gives (B, outputs) from each sequence's final state (a classifier).
-    ``model(x, lengths=None, state=None)``: ``state`` is the initial state, ``(h0,)`` or
-    ``(h0, c0)`` for an LSTM; after the call ``model.state`` holds the final states as nodes
-    (detach them to carry them into the next chunk: truncated BPTT). ``model.vars`` lists the
-    parameters, like ``FFN.vars``. Initialisation is drawn from ``seed`` (None: nnkit's global
-    generator).
+    ``model(x, lengths=None, state=None)``: ``state`` is the initial state, ``(h0,)`` (or h0
+    alone) for 'rnn' and 'gru', ``(h0, c0)`` for 'lstm', each (B, H) or (1, H); another count
+    or shape is refused naming the cell, what it expects and the shapes given. After the call
+    ``model.state`` holds the final states as nodes (detach them to carry them into the next
+    chunk: truncated BPTT). ``model.vars`` lists the parameters, like ``FFN.vars``.
+    Initialisation is drawn from ``seed`` (None: nnkit's global generator).
     """
 
     def __init__(self, inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
                  activation='tanh', seed=None):
         if cell not in _LAYERS:
             raise ValueError(f"SequenceModel: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
-        generator = backend.as_generator(seed)
+        for name, size in (("inputs", inputs), ("hidden", hidden), ("outputs", outputs)):
+            _check_size("SequenceModel", name, size)
+        if embedding is not None:
+            _check_size("SequenceModel", "embedding", embedding)
+        if not isinstance(per_step, bool):
+            raise TypeError(f"SequenceModel: per_step must be True or False, got "
+                            f"{type(per_step).__name__} {per_step!r}")
+        if cell != 'rnn' and activation != 'tanh':
+            raise ValueError(f"SequenceModel: activation is for cell='rnn'; an '{cell}' cell "
+                             f"has its own nonlinearities, got activation={activation!r}")
+        generator = as_generator(seed, "SequenceModel")
         self.cell, self.per_step, self.activation = cell, per_step, activation
         self.table = None
         features = inputs
@@ -114,18 +146,40 @@ class SequenceModel:
         return (self.recurrent.final,)
 
     def _inputs(self, x):
+        data = x._data if isinstance(x, NetVar) else x
         if self.table is None:
+            if len(numpy.shape(data)) != 3:
+                raise ValueError(f"SequenceModel: features must be (T, B, F), time-major, got "
+                                 f"shape {numpy.shape(data)}")
             return x
-        tokens = x._data if isinstance(x, NetVar) else x
-        if getattr(tokens, "ndim", 0) != 2:
+        if getattr(data, "ndim", 0) != 2:
             raise ValueError(f"SequenceModel: token ids must be (T, B), got shape "
-                             f"{tuple(getattr(tokens, 'shape', ()))}")
-        return Embedding(tokens, self.table)
+                             f"{tuple(getattr(data, 'shape', ()))}")
+        return Embedding(data, self.table)
+
+    def _state(self, state, x):
+        """``state`` as the tuple of initial states of the cell, each checked against (B, H)."""
+        if state is None:
+            return ()
+        names = "(h, c)" if self.cell == 'lstm' else "(h,) or h"
+        B, H = numpy.shape(x._data if isinstance(x, NetVar) else x)[1], self.R.shape[0]
+        expected = (f"SequenceModel(cell='{self.cell}'): state must be {names}, each of shape "
+                    f"(B, H) = ({B}, {H}) or (1, {H})")
+        if self.cell != 'lstm' and hasattr(state, "shape"):
+            state = (state,)          # a bare h, as PyTorch's RNN and GRU take it
+        if not isinstance(state, (tuple, list)) or not all(hasattr(s, "shape") for s in state):
+            raise TypeError(f"{expected}; got {_describe(state)}")
+        shapes = [tuple(s.shape) for s in state]
+        if len(state) != (2 if self.cell == 'lstm' else 1) or any(
+                s not in ((B, H), (1, H)) for s in shapes):
+            raise ValueError(f"{expected}; got {len(state)} state(s) of shape(s) "
+                             f"{', '.join(map(str, shapes)) or 'none'}")
+        return tuple(state)
 
     def __call__(self, x, lengths=None, state=None):
         """Logits (T, B, outputs) with ``per_step``, else (B, outputs)."""
         x = self._inputs(x)
-        state = tuple(state) if state is not None else ()
+        state = self._state(state, x)
         if self.cell == 'lstm':
             self.recurrent = LSTM(x, self.W, self.R, self.b, *state, lengths=lengths)
         elif self.cell == 'gru':

@@ -100,3 +100,70 @@ def test_bad_arguments():
         model(np.zeros((2, 3, 1), dtype=int))
     with pytest.raises(RuntimeError, match="call the model on a batch first"):
         nn.SequenceModel(3, 4, 2).state
+
+
+def test_state_of_the_wrong_cell_type_or_shape_is_refused(rng):
+    tokens = rng.integers(0, 5, (4, 3))
+    gru = nn.SequenceModel(5, 4, 5, cell="gru", embedding=3, seed=0)
+    lstm = nn.SequenceModel(5, 4, 5, cell="lstm", embedding=3, seed=0)
+    lstm(tokens)
+    h, c = (s.detach() for s in lstm.state)
+    gru(tokens)
+    last = gru.recurrent
+    with pytest.raises(ValueError, match=r"SequenceModel\(cell='gru'\): state must be \(h,\) or "
+                                         r"h, each of shape \(B, H\) = \(3, 4\) or \(1, 4\); got 2 "
+                                         r"state\(s\) of shape\(s\) \(3, 4\), \(3, 4\)"):
+        gru(tokens, state=(h, c))                       # an LSTM's state
+    assert gru.recurrent is last                        # nothing changed
+    # an LSTM given h only ran from c = 0 before, silently
+    with pytest.raises(ValueError, match=r"SequenceModel\(cell='lstm'\): state must be \(h, c\), "
+                                         r"each of shape \(B, H\) = \(3, 4\) or \(1, 4\); got 1 "
+                                         r"state\(s\) of shape\(s\) \(3, 4\)"):
+        lstm(tokens, state=(h,))
+    with pytest.raises(TypeError, match=r"SequenceModel\(cell='lstm'\): state must be \(h, c\), "
+                                        r".* got a single NetVar of shape \(3, 4\)"):
+        lstm(tokens, state=h)
+    with pytest.raises(ValueError, match=r"got 2 state\(s\) of shape\(s\) \(2, 4\), \(2, 4\)"):
+        lstm(tokens, state=(h[:2], c[:2]))              # another batch size
+    with pytest.raises(ValueError, match=r"got 1 state\(s\) of shape\(s\) \(3, 2\)"):
+        gru(tokens, state=(np.zeros((3, 2)),))          # another hidden size
+    with pytest.raises(TypeError, match=r"state must be \(h, c\).* got a tuple of NetVar, float"):
+        lstm(tokens, state=(h, 0.0))
+    with pytest.raises(TypeError, match="state must be .* got int 0"):
+        gru(tokens, state=0)
+    with pytest.raises(ValueError, match=r"got 0 state\(s\) of shape\(s\) none"):
+        gru(tokens, state=())
+    # a bare h for the GRU is its (h,), as in PyTorch; (1, H) broadcasts over the batch
+    np.testing.assert_array_equal(gru(tokens, state=h).data, gru(tokens, state=[h]).data)
+    assert lstm(tokens, state=(h[:1], c[:1])).shape == (4, 3, 5)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"outputs": 0}, ValueError, "outputs must be a positive integer, got 0"),
+    ({"hidden": True}, TypeError, "hidden must be a positive integer, got bool True"),
+    ({"inputs": 2.0}, TypeError, "inputs must be a positive integer, got float 2.0"),
+    ({"embedding": 0}, ValueError, "embedding must be a positive integer, got 0"),
+    ({"per_step": "no"}, TypeError, "per_step must be True or False, got str 'no'"),
+    ({"cell": "lstm", "activation": "relu"}, ValueError, "activation is for cell='rnn'; an "
+                                                         "'lstm' cell has its own"),
+    ({"seed": 1.5}, TypeError, "seed must be None, an int or a numpy.random.Generator")])
+def test_model_arguments(kwargs, error, message):
+    with pytest.raises(error, match=f"SequenceModel: {message}"):
+        nn.SequenceModel(**{"inputs": 3, "hidden": 4, "outputs": 2, **kwargs})
+
+
+def test_features_must_be_time_major_3d():
+    with pytest.raises(ValueError, match=r"SequenceModel: features must be \(T, B, F\), "
+                                         r"time-major, got shape \(5, 3\)"):
+        nn.SequenceModel(3, 4, 2)(np.zeros((5, 3)))
+
+
+def test_recurrent_weights_arguments():
+    with pytest.raises(TypeError, match="recurrent_weights: hidden must be a positive integer, "
+                                        "got bool True"):
+        nn.recurrent_weights("gru", 3, True)
+    with pytest.raises(ValueError, match="recurrent_weights: forget_bias must be a finite "
+                                         "number, got nan"):
+        nn.recurrent_weights("lstm", 3, 4, forget_bias=float("nan"))
+    with pytest.raises(TypeError, match="recurrent_weights: seed must be None, an int"):
+        nn.recurrent_weights("lstm", 3, 4, seed="0")
