@@ -20,6 +20,7 @@ The per-step cells with the same weights (``RNNCell``, ``LSTMCell``, ``GRUCell``
 
 __all__ = ['RNN', 'LSTM', 'GRU', 'RecurrentState']
 import weakref
+from numbers import Integral
 
 import numpy
 
@@ -74,7 +75,11 @@ def _node(value, op, argument):
 
 
 def _lengths(op, lengths, T, B):
-    """``lengths`` as a host int64 array (B,), every value in 1..T."""
+    """``lengths`` as a host int64 array (B,), every value in 1..T.
+
+    Integers, in any order; whole floats pass (``NetVar(lengths)`` holds floats), booleans do
+    not.
+    """
     if lengths is None:
         return numpy.full(B, T, dtype=numpy.int64)
     if isinstance(lengths, NetVar):
@@ -84,10 +89,13 @@ def _lengths(op, lengths, T, B):
         raise ValueError(f"{op}: lengths of shape {_shape(values)} must be (B,) = ({B},) for "
                          f"x with {B} sequences")
     values = values.reshape(B)
-    if values.dtype.kind not in "iub":
-        if values.dtype.kind != "f" or not numpy.all(values == numpy.round(values)):
-            raise ValueError(f"{op}: lengths must be integers, got {values.dtype} values "
-                             f"{values.tolist()[:8]}")
+    if values.dtype.kind not in "iuf":
+        raise TypeError(f"{op}: lengths must be integers, got {values.dtype} values "
+                        f"{values.tolist()[:8]}")
+    if values.dtype.kind == "f" and not numpy.all(numpy.isfinite(values) &
+                                                  (values == numpy.round(values))):
+        raise ValueError(f"{op}: lengths must be integers, got {values.dtype} values "
+                         f"{values.tolist()[:8]}")
     values = values.astype(numpy.int64)
     if B and (values.min() < 1 or values.max() > T):
         raise ValueError(f"{op}: lengths must lie in 1..T = 1..{T} (x has shape "
@@ -119,8 +127,10 @@ def _check_weights(op, k, x, W, R, b, two_biases=False):
 def _check_state(op, argument, state, B, H):
     """A state (h or c) of shape (B, H) or (1, H); None passes."""
     if state is not None and _shape(state) not in ((B, H), (1, H)):
+        hint = (" (PyTorch's (num_layers, B, H) state: drop its first axis)"
+                if _shape(state)[1:] in ((B, H), (1, H)) else "")
         raise ValueError(f"{op}: {argument} of shape {_shape(state)} must be (B, H) = "
-                         f"({B}, {H}) or (1, {H})")
+                         f"({B}, {H}) or (1, {H}){hint}")
 
 
 # ----------------------------------------------------------------------------- fused ops
@@ -313,6 +323,9 @@ class RecurrentState(NetOp):
         if not isinstance(op, _Recurrent):
             raise TypeError(f"RecurrentState: op must be an RNN, LSTM or GRU node, got "
                             f"{type(op).__name__}")
+        if isinstance(which, bool) or not isinstance(which, Integral):
+            raise TypeError(f"RecurrentState: which must be 0 (h) or 1 (an LSTM's c), got "
+                            f"{which!r}")
         if which not in range(op.states):
             raise ValueError(f"RecurrentState: {type(op).__name__} has {op.states} final "
                              f"state(s), no state {which!r}")

@@ -127,3 +127,13 @@ def test_graph_drawing_marks_fused_ops_only(rng):
     assert "box3d" not in cell and "T=" not in cell          # a cell is ordinary ops
     layer = nn.draw(nn.LSTM(var64(rng, T, B, F), W, R, b).final.sum()).source
     assert layer.count("box3d") == 1 and "LSTM  T=5" in layer
+
+
+def test_cells_refuse_a_state_tuple_where_one_state_is_expected(rng):
+    x, h, c = var64(rng, 2, F), var64(rng, 2, H), var64(rng, 2, H)
+    Wl, Rl, bl = params(rng, "lstm")
+    with pytest.raises(TypeError, match=r"LSTMCell: h must be a NetVar or an array, got tuple"):
+        nn.LSTMCell(x, (h, c), c, Wl, Rl, bl)
+    Wg, Rg, bg = params(rng, "gru")
+    with pytest.raises(TypeError, match=r"GRUCell: h must be a NetVar or an array, got tuple"):
+        nn.GRUCell(x, nn.LSTMCell(x, h, c, Wl, Rl, bl), Wg, Rg, bg)

@@ -259,3 +259,61 @@ def test_lengths_accept_lists_int_netvars_and_integral_floats(rng):
     expected = nn.GRU(x, W, R, b, lengths=np.array(RAGGED)).data
     for lengths in (RAGGED, nn.NetVar(RAGGED, dtype=int), np.array(RAGGED, dtype=float)):
         np.testing.assert_array_equal(nn.GRU(x, W, R, b, lengths=lengths).data, expected)
+
+
+@pytest.mark.parametrize("lengths, error, message", [
+    ([True, True, True, True], TypeError, r"RNN: lengths must be integers, got bool values"),
+    (np.array([True, False, True, True]), TypeError, r"RNN: lengths must be integers, got bool"),
+    (["5", "2", "1", "3"], TypeError, r"RNN: lengths must be integers, got <U1 values"),
+    ([np.inf, 2, 1, 3], ValueError, r"RNN: lengths must be integers, got float64 values \[inf"),
+    ([np.nan, 2, 1, 3], ValueError, r"RNN: lengths must be integers, got float64 values \[nan"),
+])
+def test_lengths_refuse_bools_strings_and_non_finite_values(lengths, error, message, rng):
+    # booleans were read as lengths 1 and 0; inf became -2**63 in the range error
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "rnn-tanh")
+    with pytest.raises(error, match=message):
+        nn.RNN(x, W, R, b, lengths=lengths)
+
+
+def test_states_of_the_wrong_kind_or_shape_are_refused(rng):
+    x = var64(rng, T, B, F)
+    h, c = var64(rng, B, H), var64(rng, B, H)
+    for kind in ("rnn-tanh", "gru"):            # an LSTM's (h, c) given where h is expected
+        W, R, b = params(rng, kind)
+        name = "GRU" if kind == "gru" else "RNN"
+        with pytest.raises(TypeError, match=rf"{name}: h0 must be a NetVar or an array, got tuple"):
+            fused(kind, x, W, R, b, h0=(h, c))
+    W, R, b = params(rng, "gru")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'c0'"):
+        nn.GRU(x, W, R, b, c0=c)
+    W, R, b = params(rng, "lstm")
+    with pytest.raises(ValueError, match=r"LSTM: h0 of shape \(1, 4, 3\) must be \(B, H\) = "
+                                         r"\(4, 3\) or \(1, 3\) \(PyTorch's \(num_layers, B, H\) "
+                                         r"state: drop its first axis\)"):
+        nn.LSTM(x, W, R, b, h0=var64(rng, 1, B, H))
+    with pytest.raises(ValueError, match=r"LSTM: c0 of shape \(3,\) must be \(B, H\) = \(4, 3\) "
+                                         r"or \(1, 3\)$"):
+        nn.LSTM(x, W, R, b, c0=nn.constant(np.zeros(H)))
+
+
+def test_a_refused_call_changes_no_gradient(rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "lstm")
+    nn.LSTM(x, W, R, b, lengths=RAGGED).sum().back()
+    before = [(v.data.copy(), v.g.copy()) for v in (x, W, R, b)]
+    with pytest.raises(ValueError, match="LSTM: lengths must lie in 1..T"):
+        nn.LSTM(x, W, R, b, lengths=[1, 2, 9, 3])
+    for v, (data, g) in zip((x, W, R, b), before):
+        np.testing.assert_array_equal(v.data, data)
+        np.testing.assert_array_equal(v.g, g)
+
+
+@pytest.mark.parametrize("which", [True, False, 1.0, "c"])
+def test_recurrent_state_refuses_a_which_that_is_not_an_int(which, rng):
+    # True picked the LSTM's c, 1.0 failed only in back()
+    op = fused("lstm", var64(rng, T, B, F), *params(rng, "lstm"))
+    with pytest.raises(TypeError, match=r"RecurrentState: which must be 0 \(h\) or 1 \(an LSTM's "
+                                        r"c\), got "):
+        nn.RecurrentState(op, which)
+    assert nn.RecurrentState(op, np.int64(1)).shape == (B, H)
