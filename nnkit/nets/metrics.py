@@ -20,17 +20,28 @@ from ..core import NetVar
 
 
 def _host(x, name, owner):
-    if x is None:
-        return None
-    if isinstance(x, NetVar):
-        x = x._data
-    if isinstance(x, (int, float, list, tuple)):
-        return numpy.asarray(x)
-    try:
-        return numpy.asarray(backend.to_cpu(x))
-    except Exception:
-        raise TypeError(f"{owner}: {name} must be a NetVar or an array, got "
-                        f"{type(x).__name__}") from None
+    """``x`` as a NumPy array of numbers; anything else is a TypeError naming ``name``."""
+    data = x._data if isinstance(x, NetVar) else x
+    array = None
+    if data is not None:
+        try:
+            array = numpy.asarray(backend.to_cpu(data) if hasattr(data, "shape") else data)
+        except Exception:
+            pass
+    if array is None or array.dtype.kind not in "biuf":
+        given = type(x).__name__ + ("" if array is None else f" of dtype {array.dtype}")
+        raise TypeError(f"{owner}: {name} must be a NetVar or an array of numbers, got {given}")
+    return array
+
+
+def _integral(a):
+    return a.dtype.kind in "biu" or bool(numpy.all(a == numpy.round(a)))
+
+
+def _one_hot(t):
+    """Whether ``t`` (..., C) reads as one-hot (or probability) rows: in [0, 1], each sums to 1."""
+    return t.size == 0 or bool(t.min() >= 0 and t.max() <= 1
+                               and numpy.allclose(t.sum(axis=-1), 1))
 
 
 class Metric:
@@ -53,10 +64,14 @@ class Metric:
             self.total += float(values.sum())
             self.count += values.size
             return self
-        weight = _host(mask, "mask", type(self).__name__).astype(numpy.float64)
+        owner = type(self).__name__
+        weight = _host(mask, "mask", owner).astype(numpy.float64)
         if weight.shape != values.shape[:weight.ndim]:
-            raise ValueError(f"{type(self).__name__}: mask of shape {weight.shape} does not "
+            raise ValueError(f"{owner}: mask of shape {weight.shape} does not "
                              f"match the leading axes of the data of shape {values.shape}")
+        if not numpy.all(weight >= 0):
+            raise ValueError(f"{owner}: mask must hold weights >= 0 (1 valid, 0 padding), got "
+                             f"min {weight.min()}")
         per_position = values.size // weight.size if weight.size else 0
         weight = weight.reshape(weight.shape + (1,) * (values.ndim - weight.ndim))
         self.total += float((values * weight).sum())
@@ -73,19 +88,33 @@ class Accuracy(Metric):
     ``update(predictions, targets, mask=None)``: ``predictions`` are scores ``(..., C)``
     (probabilities or logits; the class is the argmax over the last axis) or class indices of
     the same shape as ``targets``; ``targets`` are class indices ``(...)`` or one-hot
-    ``(..., C)``. Each valid position counts once (weight 1, or its mask value).
+    ``(..., C)`` (rows in [0, 1] summing to 1). Each valid position counts once (weight 1, or
+    its mask value).
+
+    Raises ValueError rather than guess: for shapes that match neither reading, for one score
+    per position (``(B, 1)``: threshold it, ``predictions > 0.5``, to give class indices), and
+    for same-shape arrays that are neither class indices (whole numbers) nor scores with
+    one-hot targets.
     """
 
     def update(self, predictions, targets, mask=None):
         p = _host(predictions, "predictions", "Accuracy")
         t = _host(targets, "targets", "Accuracy")
-        if p.shape == t.shape and p.ndim >= 2 and p.shape[-1] > 1:
-            p, t = p.argmax(axis=-1), t.argmax(axis=-1)       # scores and one-hot targets
-        elif p.shape[:-1] == t.shape:
+        if p.ndim >= 1 and p.shape[:-1] == t.shape:           # scores and class indices
+            if p.shape[-1] < 2:
+                raise ValueError(f"Accuracy: predictions of shape {p.shape} hold one score per "
+                                 f"position for targets of shape {t.shape}; give C >= 2 class "
+                                 "scores, or class indices (e.g. predictions > 0.5)")
             p = p.argmax(axis=-1)
         elif p.shape != t.shape:
             raise ValueError(f"Accuracy: predictions of shape {p.shape} do not match "
                              f"targets of shape {t.shape}")
+        elif p.ndim >= 2 and p.shape[-1] > 1 and _one_hot(t):
+            p, t = p.argmax(axis=-1), t.argmax(axis=-1)       # scores and one-hot targets
+        elif not (_integral(p) and _integral(t)):
+            raise ValueError(f"Accuracy: predictions and targets of shape {p.shape} are neither "
+                             "class indices (whole numbers) nor scores with one-hot targets; "
+                             "give scores (..., C) with class indices (...)")
         return self._add((p == t).astype(numpy.float64), mask)
 
 
@@ -101,9 +130,12 @@ class MeanLoss(Metric):
         value = _host(loss, "loss", "MeanLoss")
         if value.size != 1:
             raise ValueError(f"MeanLoss: loss must hold one number, got shape {value.shape}")
-        n = float(n)
-        if not n >= 0:
-            raise ValueError(f"MeanLoss: n must be >= 0, got {n}")
+        weight = _host(n, "n", "MeanLoss")
+        if weight.size != 1:
+            raise ValueError(f"MeanLoss: n must be one number, got shape {weight.shape}")
+        n = float(weight.reshape(()))
+        if not (n >= 0 and math.isfinite(n)):
+            raise ValueError(f"MeanLoss: n must be a finite number >= 0, got {n}")
         self.total += float(value.reshape(())) * n
         self.count += n
         return self

@@ -84,3 +84,72 @@ def test_reset_and_empty_value():
     assert metric.value == 2.5
     metric.reset()
     assert math.isnan(metric.value) and metric.count == 0
+
+
+def test_accuracy_of_class_index_sequences(rng):
+    # (T, B) predicted ids and (T, B) labels: argmax over the batch axis before
+    labels = rng.integers(0, 5, (6, 4))
+    predicted = np.where(rng.random((6, 4)) < 0.5, labels, (labels + 1) % 5)
+    expected = (predicted == labels).mean()
+    assert 0 < expected < 1
+    assert nn.Accuracy().update(predicted, labels).value == expected
+    assert nn.Accuracy().update(predicted.astype(np.float32), labels).value == expected
+    soft = np.full((6, 3), 0.1) + 0.7 * np.eye(3)[rng.integers(0, 3, 6)]   # smoothed labels
+    assert nn.Accuracy().update(soft, soft).value == 1.0
+
+
+def test_accuracy_refuses_to_guess(rng):
+    labels = rng.integers(0, 2, 8)
+    probabilities = rng.random((8, 1))
+    # one sigmoid output per row: argmax over one column always said class 0
+    with pytest.raises(ValueError, match=r"Accuracy: predictions of shape \(8, 1\) hold one score "
+                                         r"per position for targets of shape \(8,\); give C >= 2"):
+        nn.Accuracy().update(probabilities, labels)
+    with pytest.raises(ValueError, match=r"Accuracy: predictions and targets of shape \(8,\) are "
+                                         "neither class indices"):
+        nn.Accuracy().update(probabilities[:, 0], labels)
+    with pytest.raises(ValueError, match=r"of shape \(8, 1\) are neither class indices"):
+        nn.Accuracy().update(probabilities, labels[:, None])
+    thresholded = (probabilities > 0.5).astype(np.int64)
+    assert nn.Accuracy().update(thresholded, labels[:, None]).value == \
+        (thresholded[:, 0] == labels).mean()
+    with pytest.raises(ValueError, match=r"predictions of shape \(8, 3\) do not match targets of "
+                                         r"shape \(7,\)"):
+        nn.Accuracy().update(rng.random((8, 3)), labels[:7])
+    with pytest.raises(TypeError, match="Accuracy: predictions must be a NetVar or an array of "
+                                        "numbers, got NoneType"):
+        nn.Accuracy().update(None, labels)
+    with pytest.raises(TypeError, match="Accuracy: targets must be .* got list of dtype <U1"):
+        nn.Accuracy().update(labels, list("ab" * 4))
+
+
+def test_masks_hold_non_negative_weights(rng):
+    p, t = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    with pytest.raises(ValueError, match=r"MSE: mask must hold weights >= 0 \(1 valid, 0 "
+                                         r"padding\), got min -1.0"):
+        nn.MSE().update(p, t, mask=np.array([1.0, 0.0, -1.0]))
+    with pytest.raises(ValueError, match="Accuracy: mask must hold weights >= 0"):
+        nn.Accuracy().update(p, t.argmax(-1), mask=np.array([1.0, np.nan, 1.0]))
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1\) does not match"):
+        nn.MSE().update(p, t, mask=np.ones((3, 1)))
+    metric = nn.MSE().update(p, t, mask=np.array([True, False, True]))
+    assert metric.value == pytest.approx(((p - t)[[0, 2]] ** 2).mean(), rel=1e-12)
+
+
+def test_mse_never_broadcasts():
+    with pytest.raises(ValueError, match=r"MSE: predictions of shape \(4,\) and targets of shape "
+                                         r"\(4, 1\) differ"):
+        nn.MSE().update(np.zeros(4), np.zeros((4, 1)))
+
+
+@pytest.mark.parametrize("n, error, message", [
+    (float("inf"), ValueError, "n must be a finite number >= 0, got inf"),
+    (float("nan"), ValueError, "n must be a finite number >= 0, got nan"),
+    (-1, ValueError, "n must be a finite number >= 0, got -1.0"),
+    (np.array([2, 3]), ValueError, r"n must be one number, got shape \(2,\)"),
+    (None, TypeError, "n must be a NetVar or an array of numbers, got NoneType")])
+def test_mean_loss_weight(n, error, message):
+    metric = nn.MeanLoss().update(1.0, n=2)
+    with pytest.raises(error, match=f"MeanLoss: {message}"):
+        metric.update(5.0, n=n)
+    assert metric.value == 1.0 and metric.count == 2
