@@ -15,6 +15,7 @@ once per epoch with a validation metric. In the Trainer, the ``LRSchedule`` hook
 __all__ = ['Schedule', 'StepLR', 'ExponentialLR', 'CosineLR', 'LinearWarmup', 'ReduceOnPlateau',
            'Best']
 import math
+import numbers
 
 
 class Best:
@@ -22,20 +23,20 @@ class Best:
 
     ``mode="min"``: improved means value < best − min_delta; ``"max"``: value > best + min_delta.
     Used by ReduceOnPlateau, EarlyStopping and SaveBest. Non-finite values never improve.
+    A value that is not a number (a string, an array of several elements) raises TypeError.
     """
 
     def __init__(self, mode="min", min_delta=0.0, owner="Best"):
         if mode not in ("min", "max"):
             raise ValueError(f"{owner}: mode must be 'min' or 'max', got {mode!r}")
-        if not min_delta >= 0:
-            raise ValueError(f"{owner}: min_delta must be >= 0, got {min_delta}")
+        self.owner = owner
         self.mode = mode
-        self.min_delta = min_delta
+        self.min_delta = _check(owner, "min_delta", min_delta, 0)
         self.best = None
         self.bad = 0          # updates since the last improvement
 
     def update(self, value):
-        value = float(value)
+        value = _metric(f"{self.owner}.update", value)
         if not math.isfinite(value):
             improved = False
         elif self.best is None:
@@ -54,12 +55,68 @@ class Best:
     def state_dict(self):
         return {"best": self.best, "bad": self.bad}
 
+    def check_state_dict(self, state, where):
+        """Raise for a saved best that is not None or a finite number, or a bad count < 0."""
+        best = state["best"]
+        if best is not None and (isinstance(best, bool) or not isinstance(best, numbers.Real)):
+            raise TypeError(f"{where}: best must be None or a number, got {best!r}")
+        if best is not None and not math.isfinite(best):
+            raise ValueError(f"{where}: best must be finite, got {best}")
+        _count(where, "bad", state["bad"], 0)
+
     def load_state_dict(self, state):
+        self.check_state_dict(state, f"{self.owner}.load_state_dict")
         self.best, self.bad = state["best"], state["bad"]
 
 
+def _metric(where, value):
+    """``value`` as a float (a number, or an array or NetVar of one element)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{where}: metric must be a number, got {type(value).__name__} "
+                        f"{value!r}")
+    if hasattr(value, "item") and getattr(value, "size", 1) == 1:
+        value = value.item()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: metric must be a number, got {type(value).__name__}") from None
+
+
+def _check(owner, name, value, low, high=math.inf, high_open=False):
+    """``value``, a finite real number in [low, high] ([low, high) with ``high_open``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__} "
+                        f"{value!r}")
+    if high == math.inf:
+        if not value >= low:
+            raise ValueError(f"{owner}: {name} must be >= {low}, got {value}")
+        if value == math.inf:
+            raise ValueError(f"{owner}: {name} must be finite, got {value}")
+    elif not (low <= value < high if high_open else low <= value <= high):
+        interval = f"[{low}, {high})" if high_open else f"[{low}, {high}]"
+        raise ValueError(f"{owner}: {name} must be in {interval}, got {value}")
+    return value
+
+
+def _count(owner, name, value, low):
+    """``value``, an integer >= ``low`` (2.5 is refused, not rounded down)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__} "
+                        f"{value!r}")
+    if not (math.isfinite(value) and value >= low and value == int(value)):
+        raise ValueError(f"{owner}: {name} must be in {{{low}, {low + 1}, {low + 2}, ...}}, "
+                         f"got {value}")
+    return int(value)
+
+
 class Schedule:
-    """Base: ``factor(t)`` gives the multiplier of the base learning rates at count t."""
+    """Base: ``factor(t)`` gives the multiplier of the base learning rates at count t.
+
+    Every change is checked before it is made: a factor that is not finite and >= 0 (from a
+    subclass), a parameter group added to the optimizer after the schedule was built (its lr
+    would silently not follow) or a malformed saved state raise, and leave the count and the
+    learning rates as they were.
+    """
 
     def __init__(self, optimizer):
         if not hasattr(optimizer, "lr") or not hasattr(optimizer, "param_groups"):
@@ -76,14 +133,28 @@ class Schedule:
 
     def step(self):
         """Advance the count by one and set the new learning rate; returns it."""
+        self.set_factor(self.factor(self.t + 1))
         self.t += 1
-        return self._apply()
+        return self.optimizer.lr
 
     def _apply(self):
         self.set_factor(self.factor(self.t))
         return self.optimizer.lr
 
+    def _check_groups(self):
+        groups = len(self.optimizer.param_groups)
+        if groups != len(self.group_bases):
+            raise ValueError(f"{type(self).__name__}: the optimizer has {groups} parameter "
+                             f"groups, the schedule was built for {len(self.group_bases)}; "
+                             "build the schedule after adding every group")
+
     def set_factor(self, factor):
+        """Set every learning rate to its base times ``factor`` (finite and >= 0)."""
+        self._check_groups()
+        if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or \
+                not 0 <= factor < math.inf:
+            raise ValueError(f"{type(self).__name__}: the factor of the base learning rate "
+                             f"must be finite and >= 0, got {factor}")
         self.optimizer.lr = self.base * factor
         for group, base in zip(self.optimizer.param_groups, self.group_bases):
             if base is not None:
@@ -92,22 +163,28 @@ class Schedule:
     def state_dict(self):
         return {"t": self.t}
 
+    def _saved(self, state, *keys):
+        """The name for errors of ``load_state_dict``, once ``state`` is known to have ``keys``."""
+        where = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state, dict):
+            raise TypeError(f"{where}: expects the dict state_dict() returns, got "
+                            f"{type(state).__name__}")
+        missing = [key for key in keys if key not in state]
+        if missing:
+            raise ValueError(f"{where}: the state is missing {missing}")
+        return where
+
     def load_state_dict(self, state):
-        self.t = state["t"]
-        self._apply()
-
-
-def _check(owner, name, value, low, high=math.inf):
-    if not low <= value <= high:
-        raise ValueError(f"{owner}: {name} must be in [{low}, {high}], got {value}")
-    return value
+        t = _count(self._saved(state, "t"), "t", state["t"], 0)
+        self.set_factor(self.factor(t))
+        self.t = t
 
 
 class StepLR(Schedule):
     """lr = base · γ^⌊t / step_size⌋: multiply by ``gamma`` every ``step_size`` calls."""
 
     def __init__(self, optimizer, step_size, gamma=0.1):
-        self.step_size = int(_check("StepLR", "step_size", step_size, 1))
+        self.step_size = _count("StepLR", "step_size", step_size, 1)
         self.gamma = _check("StepLR", "gamma", gamma, 0)
         super().__init__(optimizer)
 
@@ -134,7 +211,7 @@ class CosineLR(Schedule):
     """
 
     def __init__(self, optimizer, total, min_lr=0.0):
-        self.total = int(_check("CosineLR", "total", total, 1))
+        self.total = _count("CosineLR", "total", total, 1)
         self.min_lr = _check("CosineLR", "min_lr", min_lr, 0)
         super().__init__(optimizer)
 
@@ -153,8 +230,10 @@ class LinearWarmup(Schedule):
     """
 
     def __init__(self, optimizer, warmup, start=0.0, then=None):
-        self.warmup = int(_check("LinearWarmup", "warmup", warmup, 1))
+        self.warmup = _count("LinearWarmup", "warmup", warmup, 1)
         self.start = _check("LinearWarmup", "start", start, 0, 1)
+        if then is not None and not isinstance(then, Schedule):
+            raise TypeError(f"LinearWarmup: then must be a schedule, got {type(then).__name__}")
         if then is not None and then.optimizer is not optimizer:
             raise ValueError("LinearWarmup: `then` must schedule the same optimizer")
         self.then = then
@@ -178,8 +257,8 @@ class ReduceOnPlateau(Schedule):
 
     def __init__(self, optimizer, factor=0.1, patience=10, mode="min", min_delta=0.0,
                  min_lr=0.0):
-        self.reduce_by = _check("ReduceOnPlateau", "factor", factor, 0, 1)
-        self.patience = int(_check("ReduceOnPlateau", "patience", patience, 0))
+        self.reduce_by = _check("ReduceOnPlateau", "factor", factor, 0, 1, high_open=True)
+        self.patience = _count("ReduceOnPlateau", "patience", patience, 0)
         self.min_lr = _check("ReduceOnPlateau", "min_lr", min_lr, 0)
         self.monitor = Best(mode, min_delta, "ReduceOnPlateau")
         self.scale = 1.0
@@ -189,19 +268,33 @@ class ReduceOnPlateau(Schedule):
         return self.scale
 
     def step(self, metric):
-        """Record this epoch's metric; reduce the learning rate on a plateau. Returns lr."""
+        """Record this epoch's metric; reduce the learning rate on a plateau. Returns lr.
+
+        A NaN or infinite metric raises ValueError and changes nothing: it means the training
+        diverged, which lowering the learning rate would hide."""
+        value = _metric("ReduceOnPlateau.step", metric)
+        if not math.isfinite(value):
+            raise ValueError(f"ReduceOnPlateau.step: metric is {value}; the training has "
+                             f"diverged (lr left at {self.optimizer.lr})")
+        self._check_groups()
         self.t += 1
-        self.monitor.update(metric)
+        self.monitor.update(value)
         if self.monitor.bad > self.patience:
-            floor = self.min_lr / self.base if self.base else 0.0
-            self.scale = max(self.scale * self.reduce_by, floor)
+            self.scale = max(self.scale * self.reduce_by, self._floor())
             self.monitor.bad = 0
         return self._apply()
+
+    def _floor(self):
+        return self.min_lr / self.base if self.base else 0.0
 
     def state_dict(self):
         return {"t": self.t, "scale": self.scale, **self.monitor.state_dict()}
 
     def load_state_dict(self, state):
-        self.scale = state["scale"]
+        where = self._saved(state, "t", "scale", "best", "bad")
+        t = _count(where, "t", state["t"], 0)
+        scale = _check(where, "scale", state["scale"], 0, max(1.0, self._floor()))
+        self.monitor.check_state_dict(state, where)
+        self.set_factor(scale)
+        self.t, self.scale = t, scale
         self.monitor.load_state_dict(state)
-        super().load_state_dict(state)

@@ -64,3 +64,80 @@ def test_bad_arguments():
         nn.ReduceOnPlateau(_opt(), mode="up")
     with pytest.raises(TypeError, match="expects an nnkit optimizer"):
         nn.StepLR(object(), 1)
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda o: nn.StepLR(o, -2), ValueError, r"StepLR: step_size must be in \{1, 2, 3, ...\}, got -2"),
+    (lambda o: nn.StepLR(o, 2.5), ValueError, r"StepLR: step_size must be in \{1, 2, 3, ...\}, got 2.5"),
+    (lambda o: nn.StepLR(o, 2, gamma=float("nan")), ValueError, "StepLR: gamma must be"),
+    (lambda o: nn.StepLR(o, 2, gamma=float("inf")), ValueError, "StepLR: gamma must be"),
+    (lambda o: nn.StepLR(o, "2"), TypeError, "StepLR: step_size must be a real number, got str"),
+    (lambda o: nn.ExponentialLR(o, float("nan")), ValueError, "ExponentialLR: gamma must be"),
+    (lambda o: nn.ExponentialLR(o, -0.5), ValueError, "ExponentialLR: gamma must be"),
+    (lambda o: nn.CosineLR(o, 0), ValueError, "CosineLR: total must be in"),
+    (lambda o: nn.CosineLR(o, 10, min_lr=float("nan")), ValueError, "CosineLR: min_lr must be"),
+    (lambda o: nn.LinearWarmup(o, 0), ValueError, r"LinearWarmup: warmup must be in \{1, 2, 3, ...\}, got 0"),
+    (lambda o: nn.LinearWarmup(o, 1.5), ValueError, "LinearWarmup: warmup must be in .*got 1.5"),
+    (lambda o: nn.LinearWarmup(o, 5, start=1.5), ValueError, "LinearWarmup: start must be"),
+    (lambda o: nn.LinearWarmup(o, 5, then=0.5), TypeError,
+     "LinearWarmup: then must be a schedule, got float"),
+    (lambda o: nn.ReduceOnPlateau(o, factor=1.0), ValueError,
+     r"ReduceOnPlateau: factor must be in \[0, 1\), got 1.0"),
+    (lambda o: nn.ReduceOnPlateau(o, factor=float("nan")), ValueError, "ReduceOnPlateau: factor"),
+    (lambda o: nn.ReduceOnPlateau(o, patience=-1), ValueError, "ReduceOnPlateau: patience"),
+    (lambda o: nn.ReduceOnPlateau(o, min_delta=float("nan")), ValueError, "min_delta"),
+    (lambda o: nn.ReduceOnPlateau(o, min_delta=float("inf")), ValueError, "min_delta"),
+])
+def test_bad_schedule_arguments_are_refused_and_leave_lr_alone(make, error, message):
+    opt = _opt(0.5)
+    with pytest.raises(error, match=message):
+        make(opt)
+    assert opt.lr == 0.5
+
+
+@pytest.mark.parametrize("metric", [float("nan"), float("inf"), np.float64("nan")])
+def test_reduce_on_plateau_refuses_a_non_finite_metric(metric):
+    plateau = nn.ReduceOnPlateau(_opt(), factor=0.5, patience=0)
+    plateau.step(1.0)
+    before = plateau.state_dict()
+    with pytest.raises(ValueError, match=f"ReduceOnPlateau.step: metric is {metric}"):
+        plateau.step(metric)
+    assert plateau.state_dict() == before and plateau.optimizer.lr == 1.0
+    with pytest.raises(TypeError, match="ReduceOnPlateau.step: metric must be a number, got str"):
+        plateau.step("0.5")
+
+
+def test_a_group_added_after_the_schedule_is_refused_at_its_step():
+    opt = _opt(1.0)
+    schedule = nn.StepLR(opt, 1, gamma=0.5)
+    opt.add_param_group({"params": [nn.NetVar(np.ones((1, 1)))], "lr": 0.1})
+    with pytest.raises(ValueError, match="StepLR: the optimizer has 2 parameter groups, the "
+                                         "schedule was built for 1"):
+        schedule.step()
+    assert opt.lr == 1.0 and opt.param_groups[1]["lr"] == 0.1 and schedule.t == 0
+
+
+def test_a_user_schedule_with_a_bad_factor_is_refused():
+    class Broken(nn.Schedule):
+        def factor(self, t):
+            return float("nan") if t else 1.0
+
+    opt = _opt(0.3)
+    schedule = Broken(opt)
+    with pytest.raises(ValueError, match="Broken: the factor of the base learning rate must be finite and >= 0, got nan"):
+        schedule.step()
+    assert opt.lr == 0.3 and schedule.t == 0
+
+
+def test_load_state_dict_is_checked_before_anything_changes():
+    plateau = nn.ReduceOnPlateau(_opt(), factor=0.5, patience=0)
+    for v in [1, 2]:
+        plateau.step(v)
+    before = plateau.state_dict()
+    for bad in ({"t": -1}, {"t": 2.5}, {"scale": float("nan")}, {"scale": 2.0}, {"bad": -1},
+                {"best": float("nan")}, {"best": "low"}):
+        with pytest.raises((ValueError, TypeError), match="ReduceOnPlateau.load_state_dict: "):
+            plateau.load_state_dict({**before, **bad})
+        assert plateau.state_dict() == before and plateau.optimizer.lr == 0.5
+    with pytest.raises(ValueError, match=r"StepLR.load_state_dict: t must be in \{0, 1, 2, ...\}, got nan"):
+        nn.StepLR(_opt(), 2).load_state_dict({"t": float("nan")})
