@@ -163,7 +163,7 @@ def Split(x, sections, axis=0):
         if sections <= 0 or n % sections:
             raise ValueError(f"Split: cannot split axis {axis} of length {n} of x of shape "
                              f"{shape} into {sections} equal parts")
-        cuts = list(range(n // sections, n, n // sections))
+        cuts = [i * (n // sections) for i in range(1, sections)]
     else:
         cuts = list(sections) if isinstance(sections, (tuple, list, numpy.ndarray)) else [None]
         if not all(isinstance(c, Integral) and not isinstance(c, bool) for c in cuts):
@@ -225,6 +225,8 @@ class Pad(NetOp):
 
     def __init__(self, x, pad_width, value=0.0):
         shape = tuple(x.shape)
+        if not shape:
+            raise ValueError("Pad: x of shape () has no axis to pad")
         self.widths = _pad_widths(pad_width, len(shape), shape)
         xp = backend.array_module(x._data)
         super().__init__(xp.pad(x._data, self.widths, constant_values=value), x)

@@ -3,6 +3,10 @@ similarity over axes.
 
 Notation: input x, output y, upstream gradient g; "expand(g)" puts back the reduced axes so
 that g broadcasts against x.
+``axis`` is an int or a tuple of ints (negative ones count from the end) or None for every
+axis; ``axis=()`` reduces over no axis, as in NumPy (PyTorch reads an empty dim as every axis).
+The NetVar methods (``x.sum(axis, keepdims)``...) refuse PyTorch's ``dim=`` and ``keepdim=``
+with nnkit's spelling.
 """
 
 __all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'CosineSimilarity', 'ArgMax']
@@ -120,6 +124,8 @@ class Max(_Extreme):
     y = max_axis x
     dx = expand(g) · [x = y] / n_ties   (tied maxima split the gradient evenly; a unique
          maximum gets all of it)
+    Unlike PyTorch's ``x.max(dim)``, y is the values alone, not a (values, indices) pair: take
+    the indices with ``x.argmax(axis)`` (``x.max(1)[0]`` is the maximum of row 0).
     """
     reduce = "max"
 
@@ -185,6 +191,9 @@ class Var(NetOp):
 
 class Norm(NetOp):
     """Euclidean (L2) norm over ``axis`` (all axes when None) (``x.norm(axis)``).
+
+    The first argument after x is the axis, not the order p of PyTorch's ``x.norm(p)`` or
+    NumPy's ``norm(x, ord)``: ``x.norm(1)`` is the L2 norm of each row, never an L1 norm.
 
     y = √(Σ_axis x²)
     dx = expand(g) · x / y,  and 0 where y = 0 (a safe subgradient: no NaN at x = 0)

@@ -29,8 +29,8 @@ def normalize_axes(op, axes, ndim, where, name="axis", expected="an int or a tup
             raise TypeError(f"{op}: {name} must be {expected}, got {axes!r}")
         if not -ndim <= a < ndim:
             label = f"{name} {a}" if a is axes else f"axis {a} (in {name}={axes!r})"
-            raise ValueError(f"{op}: {label} is out of range for {where} (axes run from "
-                             f"{-ndim} to {ndim - 1})")
+            valid = f"axes run from {-ndim} to {ndim - 1}" if ndim else "it has no axis"
+            raise ValueError(f"{op}: {label} is out of range for {where} ({valid})")
         result.append(int(a) % ndim)
     return tuple(result)
 

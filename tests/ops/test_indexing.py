@@ -236,3 +236,14 @@ def test_methods_name_nnkits_spelling_of_pytorchs_keywords(rng):
         x.expand(size=(2, 3, 4))
     assert x.flatten(0, 1).shape == (6, 4)
     assert x[:1].expand((3, 3, 4)).shape == (3, 3, 4)
+
+
+def test_split_of_an_empty_axis_and_pad_of_a_0d_node(rng):
+    # an empty axis split in equal parts crashed in range() with step 0
+    parts = nn.Split(var64(rng, 0, 3), 2)
+    assert [p.shape for p in parts] == [a.shape for a in np.split(np.ones((0, 3)), 2)]
+    with pytest.raises(ValueError, match=r"Pad: x of shape \(\) has no axis to pad"):
+        nn.Pad(nn.constant(np.float64(1.0)), 1)
+    with pytest.raises(ValueError, match=r"Concat: axis 0 is out of range for inputs of shape "
+                                         r"\(\) \(it has no axis\)"):
+        nn.Concat([nn.constant(np.float64(1.0))] * 2)
