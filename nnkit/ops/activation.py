@@ -8,6 +8,7 @@ Each dx has x's shape and x needs it (the op's only input), so it goes in with
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
            'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
 import math
+import numbers
 
 import numpy
 
@@ -17,12 +18,20 @@ from ..core import NetOp, NetVar, _link
 _ndarray = numpy.ndarray
 
 
+def _number(op, name, value):
+    """``value`` as a float; a TypeError naming the op and argument when it is not a real number.
+
+    Strings, booleans, arrays and None are refused rather than converted.
+    """
+    if type(value) is not float and (isinstance(value, bool)
+                                     or not isinstance(value, numbers.Real)):
+        raise TypeError(f"{op}: {name} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
 def _finite_number(op, name, value):
     """``value`` as a float; an error naming the op and argument when it is not a finite number."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{op}: {name} must be a number, got {type(value).__name__}") from None
+    value = _number(op, name, value)
     if not math.isfinite(value):
         raise ValueError(f"{op}: {name} must be finite, got {value}")
     return value

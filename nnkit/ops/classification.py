@@ -2,16 +2,25 @@
 
 Each loss returns a (1, 1) node and scales its gradient by the upstream gradient g; they share
 ``Loss`` and the target and mask helpers of ``loss``. Notation: probabilities p, logits z,
-target t, B = number of rows (as in ``loss``); class indices run over C classes.
+target t; the class axis is the last one, so B = number of rows = size / C (a 1-D array is one
+row of C classes); class indices run over C classes.
+
+Values that cannot be what an argument says it is are refused with a ValueError rather than
+turned into a loss: probabilities outside [0, 1], log-probabilities above 0, class indices
+outside [0, C). The checks read the values, so on CuPy data they run only inside
+``nnkit.detect_anomaly()`` (a read from the GPU at every step would cost more than the loss).
+Empty inputs are refused.
 """
 
 __all__ = ['CELoss', 'SoftmaxCELoss', 'SigmoidCELoss', 'NLLLoss', 'KLDivLoss']
 import numpy
 
-from .. import backend
+from .. import backend, core
 from ..core import NetVar, constant
 from .activation import sigmoid
-from .loss import Loss, _rows, _scalar, _target, _upstream, _valid_mask
+from .loss import Loss, _check_range, _pair, _same_positions, _scalar, _upstream, _valid_mask
+
+_LOGITS_HINT = "; for logits use SoftmaxCELoss"
 
 
 class CELoss(Loss):
@@ -19,15 +28,20 @@ class CELoss(Loss):
 
     y = −Σ t · ln max(p, ε) / B        (ε = 1e-12 keeps p = 0 finite; the only clipping)
     dp = −g · t / max(p, ε) / B,  dt = −g · ln max(p, ε) / B
-    For logits use SoftmaxCELoss, which is exact and stable.
+    p and t have one shape (..., C), B = size / C. For logits use SoftmaxCELoss, which is exact
+    and stable: a p or t outside [0, 1] raises ValueError (on CuPy inside detect_anomaly()).
     """
     eps = 1e-12
 
     def __init__(self, p, t):
-        t = _target(t, p, "CELoss")
-        xp = backend.array_module(p._data)
-        self.pc = xp.maximum(p._data, self.eps)
-        self.B = _rows(p._data.shape)
+        p, t = _pair("CELoss", p, t)
+        pd = p._data
+        _check_range("CELoss", "prediction", pd, 0, 1,
+                     "; CELoss takes probabilities" + _LOGITS_HINT)
+        _check_range("CELoss", "target", t._data, 0, 1, " (targets are probabilities)")
+        xp = backend.array_module(pd)
+        self.pc = xp.maximum(pd, self.eps)
+        self.B = pd.size // pd.shape[-1] if pd.ndim else 1
         super().__init__(_scalar(-(t._data * xp.log(self.pc)).sum() / self.B, xp), p, t)
 
     def _back(self, p, t):
@@ -42,11 +56,11 @@ def _class_weight(op, weight, C, dtype, xp):
     """Per-class weights as a (C,) array of ``dtype`` (None stays None)."""
     if weight is None:
         return None
-    weight = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
-                        dtype=dtype).reshape(-1)
-    if weight.size != C:
-        raise ValueError(f"{op}: weight has {weight.size} entries for {C} classes")
-    return weight
+    weight = xp.asarray(weight.data if isinstance(weight, NetVar) else weight, dtype=dtype)
+    if weight.size != C or not _same_positions(weight.shape, (C,)):
+        raise ValueError(f"{op}: weight of shape {tuple(weight.shape)} needs {C} entries, one "
+                         f"per class")
+    return weight.reshape(C)
 
 
 def _index_shares(op, what, td, zd, valid, weight, ignore_index):
@@ -54,19 +68,20 @@ def _index_shares(op, what, td, zd, valid, weight, ignore_index):
 
     The share of position i is wᵢ / Σ w with wᵢ = weight[tᵢ] · mᵢ · [tᵢ ≠ ignore_index], so a
     weighted mean is Σ shareᵢ · valueᵢ (PyTorch's weighted mean; 0/0 = NaN when nothing counts).
-    Ignored and masked positions get index 0 and share 0.
+    Ignored and masked positions get index 0 and share 0. The indices must lay out the
+    positions as ``zd`` does (e.g. (T, B) for (T, B, C), never (B, T)).
     """
     xp = backend.array_module(zd)
     C = zd.shape[-1]
     M = zd.size // C
-    if td.size != M:
+    if td.size != M or not _same_positions(td.shape, zd.shape[:-1]):
         raise ValueError(f"{op}: class indices of shape {tuple(td.shape)} do "
                          f"not match {what} of shape {tuple(zd.shape)}")
     idx = td.reshape(M).astype(numpy.int64, copy=False)
     keep = xp.ones(M, dtype=bool) if valid is None else valid
     if ignore_index is not None:
         keep = keep & (idx != ignore_index)
-    if xp is numpy:
+    if xp is numpy or core._anomaly:
         bad = keep & ((idx < 0) | (idx >= C))
         if bad.any():
             raise ValueError(f"{op}: class index {int(idx[bad][0])} is out of "
@@ -98,9 +113,7 @@ class SoftmaxCELoss(Loss):
             z = constant(z)
         zd = z._data
         xp = backend.array_module(zd)
-        if zd.ndim < 1 or zd.shape[-1] == 0:
-            raise ValueError(f"SoftmaxCELoss: logits need a class axis, got shape "
-                             f"{tuple(zd.shape)}")
+        _check_classes("SoftmaxCELoss", "logits", zd)
         C = zd.shape[-1]
         lead = zd.shape[:-1]
         M = zd.size // C
@@ -125,6 +138,7 @@ class SoftmaxCELoss(Loss):
                                  f"{tuple(td.shape)} do not match logits of shape "
                                  f"{tuple(zd.shape)} (class indices need an integer dtype, "
                                  "e.g. NetVar(labels, dtype=int))")
+            _check_range("SoftmaxCELoss", "target probabilities", td, 0, 1)
             tw = td.reshape(M, C).astype(zd.dtype, copy=False)
             if weight is not None:
                 tw = tw * weight
@@ -165,11 +179,13 @@ class SigmoidCELoss(Loss):
     ℓ = max(z, 0) − z·t + ln(1 + e^−|z|)       (= −t·ln σ(z) − (1 − t)·ln(1 − σ(z)))
     y = Σ w·ℓ / N
     dz = g · w · (σ(z) − t) / N,  dt = −g · w · z / N
-    ``weight`` (optional) broadcasts against z and rescales each element's term.
+    ``weight`` (optional) broadcasts against z and rescales each element's term. A t outside
+    [0, 1] raises ValueError (on CuPy inside detect_anomaly()).
     """
 
     def __init__(self, z, t, weight=None):
-        t = _target(t, z, "SigmoidCELoss")
+        z, t = _pair("SigmoidCELoss", z, t)
+        _check_range("SigmoidCELoss", "target", t._data, 0, 1, " (targets are probabilities)")
         zd = z._data
         xp = backend.array_module(zd)
         self.w = None
@@ -186,7 +202,7 @@ class SigmoidCELoss(Loss):
         loss = xp.maximum(zd, 0) - zd * t._data + xp.log1p(xp.exp(-xp.abs(zd)))
         if self.w is not None:
             loss = loss * self.w
-        self.N = max(zd.size, 1)
+        self.N = zd.size
         super().__init__(_scalar(loss.sum() / self.N, xp), z, t)
 
     def _back(self, z, t):
@@ -209,15 +225,16 @@ class NLLLoss(Loss):
     dlogp[i, tᵢ] = −g · wᵢ / Σ w   (0 elsewhere)
     Options as SoftmaxCELoss: ``weight`` (C,), ``ignore_index`` (PyTorch's default is −100;
     here None ignores nothing), ``mask`` / ``lengths`` over the positions. When nothing counts
-    the mean is 0/0 = NaN, as in PyTorch.
+    the mean is 0/0 = NaN, as in PyTorch. logp above 0 (not log-probabilities: e.g. logits)
+    raises ValueError (on CuPy inside detect_anomaly()).
     """
 
     def __init__(self, logp, t, weight=None, ignore_index=None, mask=None, lengths=None):
+        if not isinstance(logp, NetVar):
+            logp = constant(logp)
         ld = logp._data
         xp = backend.array_module(ld)
-        if ld.ndim < 1 or ld.shape[-1] == 0:
-            raise ValueError(f"NLLLoss: log-probabilities need a class axis, got shape "
-                             f"{tuple(ld.shape)}")
+        _check_classes("NLLLoss", "log-probabilities", ld)
         td = xp.asarray(t._data if isinstance(t, NetVar) else t)
         if td.dtype.kind not in "iu":
             raise ValueError(f"NLLLoss: targets must be class indices of an integer dtype, got "
@@ -228,6 +245,8 @@ class NLLLoss(Loss):
                                             None if valid is None else valid.reshape(-1),
                                             _class_weight("NLLLoss", weight, C, ld.dtype, xp),
                                             ignore_index)
+        _check_range("NLLLoss", "log-probabilities", ld, high=0,
+                     hint="; apply LogSoftmax to scores first, or use SoftmaxCELoss on logits")
         self.rows = xp.arange(self.idx.size)
         picked = ld.reshape(-1, C)[self.rows, self.idx]
         super().__init__(_scalar(-(picked * self.coef).sum(), xp).astype(ld.dtype, copy=False),
@@ -238,6 +257,14 @@ class NLLLoss(Loss):
         d = xp.zeros((self.idx.size, logp._data.shape[-1]), dtype=logp._data.dtype)
         d[self.rows, self.idx] = -_upstream(self) * self.coef
         logp.accumulate(d.reshape(logp._data.shape))
+
+
+def _check_classes(op, what, data):
+    """Refuse class scores without a class axis or without any value."""
+    if data.ndim < 1 or data.shape[-1] == 0:
+        raise ValueError(f"{op}: {what} need a class axis, got shape {tuple(data.shape)}")
+    if data.size == 0:
+        raise ValueError(f"{op}: {what} of shape {tuple(data.shape)} have no rows")
 
 
 class KLDivLoss(Loss):
@@ -253,16 +280,29 @@ class KLDivLoss(Loss):
     dx = −g · exp(lp) / D,  dlp = g · exp(lp) · (lp − x + 1) / D
     An lp of −inf gives y = NaN (and NaN in dlp there), as in PyTorch: give such targets as
     probabilities (log_target=False), where p = 0 counts as 0.
+    ValueError (on CuPy inside detect_anomaly()) for an x or lp above 0 or a p outside [0, 1]:
+    probabilities passed as x are the classic silent mistake.
     """
     reductions = ("batchmean", "mean", "sum")
 
     def __init__(self, x, p, reduction="batchmean", log_target=False):
-        if reduction not in self.reductions:
+        if not isinstance(reduction, str) or reduction not in self.reductions:
             raise ValueError(f"KLDivLoss: reduction must be one of {self.reductions}, got "
                              f"{reduction!r}")
-        p = _target(p, x, "KLDivLoss")
+        if not isinstance(log_target, (bool, numpy.bool_)):
+            raise TypeError(f"KLDivLoss: log_target must be True or False, got "
+                            f"{type(log_target).__name__}")
+        x, p = _pair("KLDivLoss", x, p)
         xp = backend.array_module(x._data)
         pd = p._data
+        _check_range("KLDivLoss", "input x (log-probabilities)", x._data, high=0,
+                     hint="; apply LogSoftmax to scores first")
+        if log_target:
+            _check_range("KLDivLoss", "target (log-probabilities with log_target=True)", pd,
+                         high=0)
+        else:
+            _check_range("KLDivLoss", "target (probabilities)", pd, 0, 1,
+                         "; give log-probabilities with log_target=True")
         self.log_target = log_target
         if log_target:
             self.logp, self.prob = pd, xp.exp(pd)

@@ -3,16 +3,19 @@
 Each loss returns a (1, 1) node and scales its gradient by the upstream gradient g. The losses
 on class scores (probabilities, logits, class indices, distributions) are in ``classification``.
 
-Notation: prediction p, target t, B = number of rows (for an array of shape (..., n): its
-size / n, i.e. shape[0] for a matrix). A target may be a NetVar or a plain array; it gets a
-gradient only when it is a NetVar that requires one.
+Notation: prediction p, target t, B = number of rows: for an array of shape (..., n) its
+size / n (shape[0] for a matrix); 1-D data (B,) holds B rows of one value, exactly as (B, 1)
+does, and a 0-d array is one row. Prediction and target must have the same shape: they are
+never broadcast. A target may be a NetVar or a plain array; it gets a gradient only when it is
+a NetVar that requires one. Empty inputs are refused (a mean over no values has none).
 """
 
 __all__ = ['Loss', 'L1Loss', 'L2Loss', 'HuberLoss', 'MSELoss', 'sequence_mask']
 import numpy
 
-from .. import backend
+from .. import backend, core
 from ..core import NetOp, NetVar, constant
+from .activation import _finite_number
 
 
 class Loss(NetOp):
@@ -23,20 +26,43 @@ class Loss(NetOp):
     __slots__ = ()
 
 
-def _target(t, p, op):
+def _pair(op, p, t):
+    """(p, t) as NetVars of one shape on one device, p holding at least one value."""
+    if not isinstance(p, NetVar):
+        p = constant(p)
     t = constant(t, p) if not isinstance(t, NetVar) else t
     if type(t._data) is not type(p._data):      # e.g. NumPy and CuPy: name both devices
         backend.check_same_device(op, p._data, t._data)
     if t._data.shape != p._data.shape:
+        hint = ("; reshape one of them (shapes are never broadcast)"
+                if t._data.size == p._data.size else "")
         raise ValueError(f"{op}: prediction of shape {tuple(p.shape)} and target of shape "
-                         f"{tuple(t.shape)} differ")
-    return t
+                         f"{tuple(t.shape)} differ{hint}")
+    if p._data.size == 0:
+        raise ValueError(f"{op}: prediction of shape {tuple(p.shape)} has no values")
+    return p, t
+
+
+def _check_range(op, what, data, low=-numpy.inf, high=numpy.inf, hint=""):
+    """Refuse values of ``data`` outside [low, high] (NaN passes: it shows in the loss anyway).
+
+    Reading the values back from a GPU would cost a device-to-host copy at every step, so CuPy
+    data is checked only inside ``nnkit.detect_anomaly()``.
+    """
+    if type(data) is not numpy.ndarray and not core._anomaly:
+        return
+    bad = (data < low) | (data > high)
+    if bad.any():
+        xp = backend.array_module(data)
+        raise ValueError(f"{op}: {what} of shape {tuple(data.shape)}: values in "
+                         f"[{float(xp.nanmin(data)):.4g}, {float(xp.nanmax(data)):.4g}] lie "
+                         f"outside [{low:g}, {high:g}]{hint}")
 
 
 def _rows(shape):
-    """B, the number of rows of an array of ``shape`` (1 for a scalar)."""
-    if not shape or shape[-1] == 0:
-        return 1
+    """B, the number of rows of a non-empty array of ``shape`` (see the module docstring)."""
+    if len(shape) < 2:
+        return shape[0] if shape else 1
     n = 1
     for d in shape[:-1]:
         n *= d
@@ -60,7 +86,7 @@ class L1Loss(Loss):
     """
 
     def __init__(self, p, t):
-        t = _target(t, p, "L1Loss")
+        p, t = _pair("L1Loss", p, t)
         xp = backend.array_module(p._data)
         self.r = p._data - t._data
         self.B = _rows(p._data.shape)
@@ -81,7 +107,7 @@ class L2Loss(Loss):
     """
 
     def __init__(self, p, t):
-        t = _target(t, p, "L2Loss")
+        p, t = _pair("L2Loss", p, t)
         xp = backend.array_module(p._data)
         self.r = p._data - t._data
         self.B = _rows(p._data.shape)
@@ -103,9 +129,10 @@ class HuberLoss(Loss):
     """
 
     def __init__(self, p, t, d=1.0):
+        d = _finite_number("HuberLoss", "the threshold d", d)
         if not d > 0:
-            raise ValueError(f"HuberLoss: the threshold d must be positive, got {d}")
-        t = _target(t, p, "HuberLoss")
+            raise ValueError(f"HuberLoss: the threshold d must be positive, got {d:g}")
+        p, t = _pair("HuberLoss", p, t)
         xp = backend.array_module(p._data)
         self.d = d
         self.r = p._data - t._data
@@ -127,26 +154,47 @@ def sequence_mask(lengths, steps, xp=numpy):
     return (xp.arange(steps)[:, None] < lengths[None, :])
 
 
+def _same_positions(shape, lead_shape):
+    """True when an array of ``shape`` lays out the positions of ``lead_shape`` (up to axes of
+    length 1, such as the (1, N) row a NetVar makes of N values): never a transposed layout."""
+    return [d for d in shape if d != 1] == [d for d in lead_shape if d != 1]
+
+
 def _valid_mask(op, lead_shape, mask, lengths, xp):
-    """The mask of valid positions over the leading (non-class) axes, or None for all."""
+    """The mask of valid positions over the leading (non-class) axes, or None for all.
+
+    ``lengths`` must be integers in [0, T] and a mask must hold 0/1 or booleans (values checked
+    on NumPy data, and on CuPy data inside ``nnkit.detect_anomaly()``).
+    """
     if mask is not None and lengths is not None:
         raise ValueError(f"{op}: give either mask or lengths, not both")
+    checked = xp is numpy or core._anomaly
     if lengths is not None:
         lengths = xp.asarray(lengths.data if isinstance(lengths, NetVar) else lengths)
         if len(lead_shape) != 2 or lengths.size != lead_shape[1]:
             raise ValueError(f"{op}: lengths of shape {tuple(lengths.shape)} need inputs of shape "
                              f"(T, B, ...) with B = {lengths.size}; got leading shape "
                              f"{tuple(lead_shape)}")
-        return sequence_mask(lengths, lead_shape[0], xp)
+        steps = lead_shape[0]
+        if checked:
+            bad = (lengths < 0) | (lengths > steps) | (lengths != xp.floor(lengths))
+            if bad.any():
+                raise ValueError(f"{op}: lengths must be integers in [0, {steps}] (the steps), "
+                                 f"got {float(lengths[bad].reshape(-1)[0]):g}")
+        return sequence_mask(lengths, steps, xp)
     if mask is None:
         return None
     mask = xp.asarray(mask.data if isinstance(mask, NetVar) else mask)
     if mask.shape != tuple(lead_shape):
-        if mask.size == int(numpy.prod(lead_shape)):
-            mask = mask.reshape(lead_shape)
-        else:
+        if not _same_positions(mask.shape, lead_shape):
             raise ValueError(f"{op}: mask of shape {tuple(mask.shape)} does not match the "
                              f"positions {tuple(lead_shape)}")
+        mask = mask.reshape(lead_shape)
+    if mask.dtype != bool and checked:
+        bad = (mask != 0) & (mask != 1)
+        if bad.any():
+            raise ValueError(f"{op}: mask must hold 0/1 or booleans, got "
+                             f"{float(mask[bad].reshape(-1)[0]):g}")
     return mask != 0
 
 
@@ -160,7 +208,7 @@ class MSELoss(Loss):
     """
 
     def __init__(self, p, t, mask=None, lengths=None):
-        t = _target(t, p, "MSELoss")
+        p, t = _pair("MSELoss", p, t)
         xp = backend.array_module(p._data)
         r = p._data - t._data
         if mask is None and lengths is None:

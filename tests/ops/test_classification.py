@@ -1,5 +1,7 @@
 """Classification losses: gradchecks, hand-computed values, upstream gradients, masks, weights
 and PyTorch parity."""
+import re
+
 import numpy as np
 import pytest
 
@@ -25,7 +27,7 @@ def test_ce_loss_gradcheck_and_finite_at_zero(rng):
 
 @pytest.mark.parametrize("loss", [nn.CELoss, nn.SoftmaxCELoss])
 def test_losses_honour_the_upstream_gradient(loss, rng):
-    p = nn.NetVar(np.abs(rng.standard_normal((3, 4))) + 0.1)
+    p = nn.NetVar(rng.random((3, 4)) * 0.9 + 0.05)
     assert_honours_the_upstream_gradient(lambda: loss(p, np.eye(4)[[0, 2, 1]]), p)
 
 
@@ -134,7 +136,7 @@ def test_nll_loss_gradcheck_and_equals_softmax_ce(shape, rng):
     z = var64(rng, *shape)
     labels = rng.integers(0, shape[-1], size=shape[:-1])
     weight = rng.random(shape[-1]) + 0.5
-    nn.gradcheck(lambda v: nn.NLLLoss(v, labels, weight=weight), z)
+    nn.gradcheck(lambda v: nn.NLLLoss(nn.LogSoftmax(v), labels, weight=weight), z)
     for options in (dict(), dict(weight=weight)):
         fused = nn.SoftmaxCELoss(z, labels, **options).item()
         assert nn.NLLLoss(nn.LogSoftmax(z), labels, **options).item() == pytest.approx(fused)
@@ -176,7 +178,7 @@ def test_kl_div_is_zero_for_equal_distributions_and_skips_zero_targets():
 
 
 def test_logit_and_distribution_losses_honour_the_upstream_gradient(rng):
-    z = nn.NetVar(rng.standard_normal((3, 4)))
+    z = nn.NetVar(np.log(rng.dirichlet(np.ones(4), size=3)))      # log-probabilities
     cases = [lambda: nn.SigmoidCELoss(z, rng_t), lambda: nn.NLLLoss(z, np.array([0, 3, 1])),
              lambda: nn.KLDivLoss(z, rng_t)]
     rng_t = rng.random((3, 4))
@@ -267,3 +269,133 @@ def test_kl_div_log_target_minus_infinity_gives_nan_as_pytorch(torch):
     np.testing.assert_array_equal(x.g, xt.grad.numpy())              # NaN-free: −exp(−inf) = −0
     np.testing.assert_array_equal(lp.g, lpt.grad.numpy())            # NaN at the −inf entry
     assert np.isnan(lp.g[0, 0]) and np.isfinite(lp.g[0, 1:]).all()
+
+
+# -- values that cannot be what the argument says are refused, not turned into a loss
+
+def test_ce_loss_on_logits_is_refused_and_points_to_softmax_ce(rng):
+    logits = nn.NetVar(rng.standard_normal((4, 3)) * 3)
+    onehot = np.eye(3)[[0, 1, 2, 0]]
+    with pytest.raises(ValueError, match=r"CELoss: prediction of shape \(4, 3\): values in "
+                                         r"\[-?[\d.]+, [\d.]+\] lie outside \[0, 1\]; CELoss "
+                                         r"takes probabilities; for logits use SoftmaxCELoss"):
+        nn.CELoss(logits, onehot)
+    with pytest.raises(ValueError, match="CELoss: prediction .* outside"):       # above 1 alone
+        nn.CELoss(nn.NetVar(np.array([[0.2, 1.5]])), np.array([[0.0, 1.0]]))
+    for bad in ([[-0.5, 1.5]], [[2.0, 0.0]]):
+        with pytest.raises(ValueError, match=r"CELoss: target of shape \(1, 2\): .* outside "
+                                             r"\[0, 1\] \(targets are probabilities\)"):
+            nn.CELoss(nn.NetVar(np.array([[0.3, 0.7]])), np.array(bad))
+    edges = nn.CELoss(nn.NetVar(np.array([[0.0, 1.0]])), np.array([[0.0, 1.0]]))
+    assert edges.item() == 0.0                                   # 0 and 1 themselves are fine
+
+
+def test_ce_loss_counts_rows_over_the_class_axis(rng):
+    p = rng.dirichlet(np.ones(4), size=3)
+    t = np.eye(4)[[0, 3, 1]]
+    per_row = -(t * np.log(p)).sum(axis=1)
+    assert nn.CELoss(nn.NetVar(p), t).item() == pytest.approx(per_row.mean())
+    one = nn.CELoss(nn.Reshape(nn.NetVar(p[:1]), 4), t[0])          # 1-D: one distribution
+    assert one.item() == pytest.approx(per_row[0])
+
+
+def test_probability_targets_outside_0_1_are_refused(rng):
+    z = nn.NetVar(rng.standard_normal((2, 3)))
+    bad = np.array([[1.5, -0.5, 0.0], [0.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match=r"SigmoidCELoss: target of shape \(2, 3\): values in "
+                                         r"\[-0.5, 1.5\] lie outside \[0, 1\]"):
+        nn.SigmoidCELoss(z, bad)
+    with pytest.raises(ValueError, match=r"SoftmaxCELoss: target probabilities of shape "
+                                         r"\(2, 3\): values in \[-0.5, 1.5\] lie outside"):
+        nn.SoftmaxCELoss(z, bad)
+
+
+def test_nll_loss_on_logits_is_refused(rng):
+    z = nn.NetVar(rng.standard_normal((3, 4)) + 1)
+    labels = np.array([0, 3, 1])
+    with pytest.raises(ValueError, match=r"NLLLoss: log-probabilities of shape \(3, 4\): .* lie "
+                                         r"outside \[-inf, 0\]; apply LogSoftmax"):
+        nn.NLLLoss(z, labels)
+    assert np.isfinite(nn.NLLLoss(nn.LogSoftmax(z), labels).item())
+
+
+def test_kl_div_refuses_probabilities_as_input_and_targets_out_of_range(rng):
+    q, p = rng.dirichlet(np.ones(3), size=2), rng.dirichlet(np.ones(3), size=2)
+    with pytest.raises(ValueError, match=r"KLDivLoss: input x \(log-probabilities\) of shape "
+                                         r"\(2, 3\): .* outside \[-inf, 0\]; apply LogSoftmax"):
+        nn.KLDivLoss(nn.NetVar(q), p)                    # probabilities where ln q belongs
+    with pytest.raises(ValueError, match=r"KLDivLoss: target \(probabilities\) of shape \(2, 3\)"
+                                         r": .* outside \[0, 1\]; give log-probabilities with "
+                                         r"log_target=True"):
+        nn.KLDivLoss(nn.NetVar(np.log(q)), np.log(p))
+    with pytest.raises(ValueError, match=r"KLDivLoss: target \(probabilities\) .* \[-0.2, 1.2\]"):
+        nn.KLDivLoss(nn.NetVar(np.log(q)), np.array([[1.2, -0.2, 0.0], [0.5, 0.5, 0.0]]))
+    with pytest.raises(ValueError, match=r"KLDivLoss: target \(log-probabilities with "
+                                         r"log_target=True\) of shape \(2, 3\)"):
+        nn.KLDivLoss(nn.NetVar(np.log(q)), p + 0.5, log_target=True)
+    for flag in ("False", 1, None):
+        with pytest.raises(TypeError, match="KLDivLoss: log_target must be True or False"):
+            nn.KLDivLoss(nn.NetVar(np.log(q)), p, log_target=flag)
+    with pytest.raises(ValueError, match="KLDivLoss: reduction must be one of"):
+        nn.KLDivLoss(nn.NetVar(np.log(q)), p, reduction=["sum"])
+
+
+def test_range_checks_run_on_the_gpu_only_inside_detect_anomaly(backend, rng):
+    logits = backend.var64(rng, 3, 4)
+    logits.data[0, 0] = 2.5
+    onehot = backend.array(np.eye(4)[[0, 1, 2]])
+    labels = backend.array([0, 4, 1], dtype=np.int64)              # 4: out of range
+    calls = [lambda: nn.CELoss(logits, onehot), lambda: nn.NLLLoss(logits, backend.array(
+        [0, 1, 2], dtype=np.int64)), lambda: nn.SoftmaxCELoss(logits, labels)]
+    for call in calls:
+        if backend.gpu:                     # the normal GPU path reads nothing back
+            call()
+        else:
+            with pytest.raises(ValueError):
+                call()
+        with nn.detect_anomaly(), pytest.raises(ValueError, match="outside|out of range"):
+            call()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: nn.CELoss(nn.NetVar(np.zeros((0, 3))), np.zeros((0, 3))),
+    lambda: nn.SoftmaxCELoss(nn.NetVar(np.zeros((0, 3))), np.zeros(0, dtype=int)),
+    lambda: nn.SoftmaxCELoss(nn.NetVar(np.zeros((0, 3))), np.zeros((0, 3))),
+    lambda: nn.NLLLoss(nn.NetVar(np.zeros((0, 3))), np.zeros(0, dtype=int)),
+    lambda: nn.SigmoidCELoss(nn.NetVar(np.zeros((0, 3))), np.zeros((0, 3))),
+    lambda: nn.KLDivLoss(nn.NetVar(np.zeros((0, 3))), np.zeros((0, 3)), "sum")],
+    ids=["CELoss", "SoftmaxCELoss-indices", "SoftmaxCELoss-probabilities", "NLLLoss",
+         "SigmoidCELoss", "KLDivLoss"])
+def test_an_empty_batch_is_refused(make):
+    with pytest.raises(ValueError, match=r"Loss: .*shape \(0, 3\).* (has no values|have no rows)"):
+        make()
+
+
+def test_class_indices_in_another_layout_are_refused(rng):
+    T, B, C = 3, 2, 4
+    z = var64(rng, T, B, C)
+    labels = rng.integers(0, C, size=(T, B))
+    for loss in (nn.SoftmaxCELoss, lambda v, t: nn.NLLLoss(nn.LogSoftmax(v), t)):
+        with pytest.raises(ValueError, match=r"class indices of shape \(2, 3\) do not match "
+                                             r"(logits|log-probabilities) of shape \(3, 2, 4\)"):
+            loss(z, labels.T)                                  # batch-first labels
+        with pytest.raises(ValueError, match=r"class indices of shape \(6,\) do not match"):
+            loss(z, labels.reshape(-1))
+    z2 = var64(rng, 3, C)
+    row = nn.NetVar(labels[:, 0], dtype=int)                   # a (1, 3) row of labels
+    assert nn.SoftmaxCELoss(z2, row).item() == pytest.approx(
+        nn.SoftmaxCELoss(z2, labels[:, 0]).item())
+
+
+def test_class_weight_must_hold_one_entry_per_class(rng):
+    z = var64(rng, 3, 4)
+    labels = np.array([0, 3, 1])
+    for bad in (np.ones((2, 2)), np.ones(3), np.ones(5)):
+        with pytest.raises(ValueError, match=rf"SoftmaxCELoss: weight of shape "
+                                             rf"{re.escape(str(bad.shape))} needs 4 entries, "
+                                             r"one per class"):
+            nn.SoftmaxCELoss(z, labels, weight=bad)
+    weight = rng.random(4) + 0.5
+    expected = nn.SoftmaxCELoss(z, labels, weight=weight).item()
+    for same in (nn.NetVar(weight), weight.reshape(4, 1)):
+        assert nn.SoftmaxCELoss(z, labels, weight=same).item() == pytest.approx(expected)

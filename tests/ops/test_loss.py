@@ -1,4 +1,6 @@
 """Regression losses and masks: gradchecks, hand-computed values, upstream gradients."""
+import re
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,134 @@ def test_mse_mask_normaliser(rng):
     assert nn.MSELoss(p, t, lengths=lengths).item() == pytest.approx(expected)
     assert nn.MSELoss(p, t, mask=mask).item() == pytest.approx(expected)
     nn.gradcheck(lambda a, b: nn.MSELoss(a, b, mask=mask), p, t)
+
+
+# -- a batch of scalars (B,) is B rows of one value, as (B, 1)
+
+REGRESSION = [nn.L1Loss, nn.L2Loss, nn.HuberLoss, nn.MSELoss]
+
+
+@pytest.mark.parametrize("loss", REGRESSION)
+def test_a_batch_of_scalars_counts_each_value_as_a_row(loss, rng):
+    B = 64
+    q = nn.NetVar(rng.standard_normal((B, 3)))
+    a = rng.integers(0, 3, size=B)
+    target = rng.standard_normal(B)
+    flat = loss(q[np.arange(B), a], target)                       # q[...] has shape (B,)
+    flat.back()
+    flat_grad = q.g.copy()
+    q.reset()
+    column = loss(nn.Reshape(q[np.arange(B), a], B, 1), target.reshape(B, 1))
+    column.back()
+    assert flat.item() == pytest.approx(column.item(), rel=1e-12)
+    np.testing.assert_allclose(q.g, flat_grad, rtol=1e-12)
+    r = q.data[np.arange(B), a] - target
+    expected = {nn.L1Loss: np.abs(r).mean(), nn.L2Loss: (r * r).mean() / 2,
+                nn.MSELoss: (r * r).mean(),
+                nn.HuberLoss: np.where(np.abs(r) <= 1, r * r / 2, np.abs(r) - 0.5).mean()}
+    assert flat.item() == pytest.approx(expected[loss], rel=1e-12)
+
+
+@pytest.mark.parametrize("loss", REGRESSION)
+def test_regression_losses_gradcheck_on_a_batch_of_scalars_and_on_0d(loss, rng):
+    q, t = var64(rng, 5, 3), var64(rng, 1, 5)
+    a = rng.integers(0, 3, size=5)
+    nn.gradcheck(lambda v, w: loss(v[np.arange(5), a], nn.Reshape(w, 5)), q, t)
+    nn.gradcheck(lambda v, w: loss(v[1, 2], w[0, 3]), q, t)           # 0-d: one row
+    scalar = loss(q[1, 2], t[0, 3]).item()
+    assert scalar == pytest.approx(loss(nn.Reshape(q[1, 2], 1, 1),
+                                        nn.Reshape(t[0, 3], 1, 1)).item(), rel=1e-12)
+
+
+def test_a_batch_of_scalars_matches_pytorch(torch, rng):
+    import torch.nn.functional as F
+    B = 8
+    q, a, t = rng.standard_normal((B, 3)), rng.integers(0, 3, size=B), 2 * rng.standard_normal(B)
+    cases = [(nn.L1Loss, F.l1_loss), (nn.MSELoss, F.mse_loss),
+             (nn.L2Loss, lambda p, s: F.mse_loss(p, s) / 2),
+             (lambda p, s: nn.HuberLoss(p, s, d=0.7), lambda p, s: F.huber_loss(p, s, delta=0.7))]
+    for ours, theirs in cases:
+        qv, tv = nn.NetVar(q), nn.NetVar(t)                           # tv is a (1, B) row
+        qt, tt = torch.tensor(q, requires_grad=True), torch.tensor(t, requires_grad=True)
+        value = ours(qv[np.arange(B), a], nn.Reshape(tv, B))
+        reference = theirs(qt[torch.arange(B), torch.tensor(a)], tt)
+        value.back(np.full((1, 1), 1.5))
+        reference.backward(torch.tensor(1.5, dtype=torch.float64))
+        assert value.item() == pytest.approx(reference.item(), rel=1e-12)
+        np.testing.assert_allclose(qv.g, qt.grad.numpy(), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(tv.g.reshape(B), tt.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("loss", REGRESSION)
+def test_a_batch_of_scalars_is_never_broadcast_against_a_column(loss):
+    p = nn.Reshape(nn.NetVar(np.zeros(4)), 4)
+    name = loss.__name__
+    with pytest.raises(ValueError, match=rf"{name}: prediction of shape \(4,\) and target of "
+                                         r"shape \(4, 1\) differ"):
+        loss(p, np.zeros((4, 1)))
+    with pytest.raises(ValueError, match=rf"{name}: prediction of shape \(4, 1\) and target of "
+                                         r"shape \(4,\) differ"):
+        loss(nn.NetVar(np.zeros((4, 1))), np.zeros(4))
+
+
+@pytest.mark.parametrize("loss", REGRESSION)
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0,)])
+def test_an_empty_batch_is_refused(loss, shape):
+    name = loss.__name__
+    with pytest.raises(ValueError, match=rf"{name}: prediction of shape {re.escape(str(shape))}"
+                                         " has no values"):
+        loss(nn.constant(np.zeros(shape)), np.zeros(shape))
+
+
+@pytest.mark.parametrize("loss", REGRESSION)
+def test_arrays_are_taken_as_constant_predictions(loss):
+    p, t = np.array([[1.0, 2.0]]), np.array([[0.5, 2.0]])
+    assert loss(p, t).item() == pytest.approx(loss(nn.NetVar(p), t).item())
+
+
+@pytest.mark.parametrize("d,error,message", [
+    (np.inf, ValueError, "HuberLoss: the threshold d must be finite, got inf"),
+    (np.nan, ValueError, "HuberLoss: the threshold d must be finite, got nan"),
+    (0, ValueError, "HuberLoss: the threshold d must be positive, got 0"),
+    ("1", TypeError, "HuberLoss: the threshold d must be a number, got str"),
+    (None, TypeError, "HuberLoss: the threshold d must be a number, got NoneType")])
+def test_huber_threshold_must_be_a_positive_finite_number(d, error, message):
+    p = nn.NetVar(np.ones((2, 2)))
+    with pytest.raises(error, match=re.escape(message)):
+        nn.HuberLoss(p, np.zeros((2, 2)), d=d)
+
+
+def test_mse_mask_in_another_layout_is_refused(rng):
+    T, B, F = 3, 2, 4
+    p, t = var64(rng, T, B, F), var64(rng, T, B, F)
+    batch_first = np.ones((B, T), dtype=bool)
+    batch_first[1, 2] = False
+    with pytest.raises(ValueError, match=r"MSELoss: mask of shape \(2, 3\) does not match the "
+                                         r"positions \(3, 2\)"):
+        nn.MSELoss(p, t, mask=batch_first)
+    with pytest.raises(ValueError, match=r"MSELoss: mask of shape \(6,\) does not match"):
+        nn.MSELoss(p, t, mask=batch_first.T.reshape(-1))
+    column = np.ones((T, B))[..., None]                    # (T, B, 1): the same positions
+    assert nn.MSELoss(p, t, mask=column[..., 0]).item() == pytest.approx(
+        nn.MSELoss(p, t).item())
+
+
+def test_mse_mask_values_are_0_or_1(rng):
+    p, t = var64(rng, 4, 2), var64(rng, 4, 2)
+    with pytest.raises(ValueError, match=r"MSELoss: mask must hold 0/1 or booleans, got 0.5"):
+        nn.MSELoss(p, t, mask=np.array([1.0, 0.5, 1.0, 0.0]))
+    np.testing.assert_allclose(nn.MSELoss(p, t, mask=np.array([1.0, 1.0, 1.0, 0.0])).item(),
+                               ((p.data - t.data)[:3] ** 2).mean())
+
+
+@pytest.mark.parametrize("lengths,message", [
+    (np.array([3, 4]), r"MSELoss: lengths must be integers in \[0, 3\] \(the steps\), got 4"),
+    (np.array([3, -1]), r"MSELoss: lengths must be integers in \[0, 3\] \(the steps\), got -1"),
+    (np.array([2.5, 1.0]), r"MSELoss: lengths must be integers in \[0, 3\] \(the steps\), "
+                           r"got 2.5")])
+def test_mse_lengths_outside_the_steps_are_refused(lengths, message, rng):
+    p, t = var64(rng, 3, 2, 4), var64(rng, 3, 2, 4)
+    with pytest.raises(ValueError, match=message):
+        nn.MSELoss(p, t, lengths=lengths)
+    as_floats = nn.MSELoss(p, t, lengths=nn.NetVar([3, 1]))      # float32 holding integers
+    assert as_floats.item() == pytest.approx(nn.MSELoss(p, t, lengths=np.array([3, 1])).item())
