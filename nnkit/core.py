@@ -143,12 +143,17 @@ def is_grad_enabled():
 # ----------------------------------------------------------------------------- helpers
 
 def unbroadcast(g, shape):
-    """Sum the gradient ``g`` over the axes along which an input of ``shape`` was broadcast."""
+    """Sum the gradient ``g`` over the axes along which an input of ``shape`` was broadcast.
+
+    A ``g`` that lacks leading axes of length 1 gets them; one that cannot have come from
+    broadcasting an input of ``shape`` (it has fewer elements, say) is refused, never spread.
+    """
     if g.shape == shape:
         return g
     extra = g.ndim - len(shape)
     if extra < 0:
-        return backend.array_module(g).broadcast_to(g, shape)
+        g = g.reshape((1,) * -extra + g.shape)
+        extra = 0
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1)
     if axes:
@@ -160,12 +165,18 @@ def unbroadcast(g, shape):
     return g
 
 
-def _conform(g, data):
-    """``g`` as a gradient of ``data``: summed over broadcast axes, in ``data``'s dtype."""
-    if g.shape != data.shape:
-        g = unbroadcast(g, data.shape)
-    if g.dtype != data.dtype:
-        g = g.astype(data.dtype)
+def _conform(g, node):
+    """``g`` as a gradient of ``node``: summed over broadcast axes, in the node's dtype."""
+    shape = node._data.shape
+    if g.shape != shape:
+        try:
+            g = unbroadcast(g, shape)
+        except ValueError:
+            raise ValueError(f"accumulate(): a gradient of shape {tuple(g.shape)} cannot be summed "
+                             f"back to {node._describe()}: an op's _back handed its input a "
+                             "gradient of the wrong shape") from None
+    if g.dtype != node._data.dtype:
+        g = g.astype(node._data.dtype)
     return g
 
 
@@ -368,7 +379,7 @@ class NetVar:
         if mine is None:          # the first contribution: kept, not copied (it may be shared)
             data = self._data
             if g.shape != data.shape or g.dtype is not data.dtype:
-                g = _conform(g, data)
+                g = _conform(g, self)
             self._g = g
             self._gshared = True
             return
@@ -376,12 +387,11 @@ class NetVar:
             self._g = mine = _owned_copy(mine, self._data)
             self._gshared = False
         # Later contributions go in place into the array this node owns, which keeps its dtype.
-        # NumPy raises for a g that must be summed first, so the common case pays for no shape
-        # comparison.
-        try:
+        # The shape test is not left to NumPy: `+=` would spread a too-small g over the node.
+        if g.shape == mine.shape:
             mine += g
-        except ValueError:
-            mine += unbroadcast(g, self._data.shape)
+        else:
+            mine += _conform(g, self)
 
     def _accumulate_elementwise(self, g):
         """``_accumulate(g)`` for the gradient an elementwise one-input op passes its input.

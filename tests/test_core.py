@@ -1,5 +1,6 @@
 """The engine: NetVar, NetOp, back(), dtype policy, modes, graph lifetime."""
 import gc
+import re
 import sys
 import weakref
 
@@ -523,3 +524,45 @@ def test_pytorch_spellings_name_nnkits():
     assert np.asarray(x, dtype=np.float64).dtype == np.float64
     with pytest.raises(ValueError, match=r"float\(\): NetVar #\d+ of shape \(1, 2\) holds 2 "):
         float(x)
+
+
+@pytest.mark.parametrize("earlier", [0, 1, 2])      # first, second and later contributions
+@pytest.mark.parametrize("wrong", [(1, 4), (), (4,), (3, 1), (2, 4), (2, 3, 5)])
+def test_a_gradient_of_the_wrong_shape_is_refused_at_every_contribution(earlier, wrong):
+    x = nn.constant(np.zeros((3, 4)))
+    x.requires_grad = True
+    for _ in range(earlier):
+        x.accumulate(np.ones((3, 4)))
+    before = x._g.copy() if x._g is not None else None
+    with pytest.raises(ValueError, match=rf"accumulate\(\): a gradient of shape "
+                                         rf"{re.escape(str(wrong))} cannot be summed back to "
+                                         r"NetVar #\d+ of shape \(3, 4\)"):
+        x.accumulate(np.ones(wrong))
+    if before is not None:
+        np.testing.assert_array_equal(x._g, before)
+
+
+def test_a_gradient_missing_leading_unit_axes_is_taken():
+    x = nn.constant(np.zeros((1, 1, 4)))
+    x.requires_grad = True
+    for _ in range(3):
+        x.accumulate(np.arange(4.0))                  # (4,) for (1, 1, 4): the same elements
+    np.testing.assert_array_equal(x.g, 3 * np.arange(4.0).reshape(1, 1, 4))
+    x.accumulate(np.ones((5, 1, 4)))                  # broadcast along a new leading axis: summed
+    np.testing.assert_array_equal(x.g[0, 0], 3 * np.arange(4.0) + 5)
+
+
+def test_a_user_op_handing_a_wrong_shape_fails_at_back():
+    class RowSum(nn.NetOp):                           # bug: hands x its own (1, n) gradient
+        def __init__(self, x):
+            super().__init__(x.data.sum(axis=0, keepdims=True), x)
+
+        def _back(self, x):
+            x.accumulate(self.g)
+
+    x = nn.NetVar(np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"shape \(1, 4\) cannot be summed back to NetVar"):
+        RowSum(x).sum().back()
+    y = x * 1.0
+    with pytest.raises(ValueError, match=r"shape \(1, 4\) cannot be summed back to Mul"):
+        (RowSum(y) + y).sum().back()                  # y's second contribution: in place
