@@ -150,7 +150,7 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
         raise TypeError(f"minibatches: batch_size must be a positive integer, got "
                         f"{type(batch_size).__name__} {batch_size!r}")
     if batch_size < 1:
-        raise ValueError(f"minibatches: batch_size must be a positive integer, got {batch_size}")
+        raise ValueError(f"minibatches: batch_size must be at least 1, got {batch_size}")
     batch_size = int(batch_size)
     for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
         if not isinstance(flag, (bool, numpy.bool_)):
