@@ -61,7 +61,11 @@ class Trainer:
     def __init__(self, step_fn, optimizer, hooks=(), metrics=None):
         if not callable(step_fn):
             raise TypeError(f"Trainer: step_fn must be callable, got {type(step_fn).__name__}")
-        if not hasattr(optimizer, "step"):
+        if isinstance(optimizer, type):
+            raise TypeError(f"Trainer: optimizer is the class {optimizer.__name__}; pass an "
+                            f"instance: {optimizer.__name__}(params, ...)")
+        if not all(hasattr(optimizer, name) for name in ("step", "reset", "params", "lr")):
+            # (a schedule has step() too: it would change the rate and train nothing)
             raise TypeError(f"Trainer: optimizer must be an nnkit optimizer, got "
                             f"{type(optimizer).__name__}")
         hooks = _checked_hooks(hooks)

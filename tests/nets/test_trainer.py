@@ -170,6 +170,12 @@ def test_bad_usage_is_explained():
         nn.Trainer(step, nn.GD(params)).fit(42)
     with pytest.raises(TypeError, match="step_fn must be callable"):
         nn.Trainer(None, nn.GD(params))
+    with pytest.raises(TypeError, match=r"Trainer: optimizer is the class Adam; pass an "
+                                        r"instance: Adam\(params, ...\)"):
+        nn.Trainer(step, nn.Adam)
+    with pytest.raises(TypeError, match="Trainer: optimizer must be an nnkit optimizer, got "
+                                        "StepLR"):
+        nn.Trainer(step, nn.StepLR(nn.GD(params), 1))      # would only change the rate
     assert math.isnan(nn.MeanLoss().value)
 
 
