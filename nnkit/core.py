@@ -188,11 +188,11 @@ def _owned_copy(g, data):
     return g.astype(data.dtype)          # astype copies
 
 
-def _gradient_from_user(value, node):
-    """What ``node.g = value`` stores: a number fills the node's shape, an array (or list) of
-    the node's shape is taken in its dtype; anything else is refused, naming the node."""
+def _gradient_from_user(value, node, where):
+    """A gradient a user gives for ``node`` (``node.g = value``, ``back(value)``): a number fills
+    the node's shape, an array (or list) of the node's shape is taken in its dtype; anything else
+    is refused, the message starting with ``where``."""
     data = node._data
-    where = f".g of {node._describe()}"
     if isinstance(value, NetVar):
         value = value._data
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -298,6 +298,8 @@ class NetVar:
     __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
 
     def __init__(self, data, requires_grad=True, dtype=None, name=None):
+        if not isinstance(requires_grad, (bool, numpy.bool_)):
+            raise TypeError(f"NetVar: requires_grad must be True or False, got {requires_grad!r}")
         data = _to_array(data, dtype)
         if data.ndim < 2:
             data = data.reshape(1, -1) if data.ndim == 1 else data.reshape(1, 1)
@@ -311,8 +313,16 @@ class NetVar:
 
     @data.setter
     def data(self, value):
+        if isinstance(value, NetVar):
+            value = value._data
         if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-            value = backend.array_module(self._data).asarray(value, dtype=self._data.dtype)
+            value = _to_array(value, self._data.dtype, f".data of {self._describe()}")
+            value = backend.array_module(self._data).asarray(value)
+        elif value.dtype.kind not in "biuf":
+            raise TypeError(f".data of {self._describe()}: cannot hold an array of dtype "
+                            f"{value.dtype}")
+        if value.shape != self._data.shape:
+            self.reset()                  # a gradient of the old shape would be wrong
         self._data = value
         self.mark_edited()
 
@@ -357,7 +367,7 @@ class NetVar:
         elif value is None:
             self.reset()
         else:                             # kept as shared: the caller's array is never edited
-            self._g, self._gshared = _gradient_from_user(value, self), True
+            self._g, self._gshared = _gradient_from_user(value, self, f".g of {self._describe()}"), True
 
     def accumulate(self, g):
         """Add the contribution ``g`` to this node's gradient.
@@ -428,16 +438,10 @@ class NetVar:
             raise RuntimeError(
                 f"back(): {self._describe()} does not require a gradient (it was built under "
                 "no_grad() or only from constants with requires_grad=False)")
-        xp = backend.array_module(self._data)
         if g is None:
-            seed = xp.ones_like(self._data)
+            seed = backend.array_module(self._data).ones_like(self._data)
         else:
-            if isinstance(g, NetVar):
-                g = g._data
-            seed = xp.asarray(g, dtype=self._data.dtype)
-            if seed.shape != self._data.shape:
-                raise ValueError(f"back(): seed gradient of shape {seed.shape} does not match "
-                                 f"the node's shape {self._data.shape}")
+            seed = _gradient_from_user(g, self, f"back(): the seed gradient of {self._describe()}")
         nodes = _reverse_topological(self)
         self.accumulate(seed)      # kept as shared when stored: the caller's array is never edited
         if trace or _anomaly:

@@ -157,8 +157,36 @@ def test_seed_gradient():
     y = x * 3.0
     y.back(np.array([[1.0, 10.0]]))
     np.testing.assert_allclose(x.g, [[3.0, 30.0]])
-    with pytest.raises(ValueError, match=r"seed gradient of shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"back\(\): the seed gradient of Mul #\d+ of shape "
+                                         r"\(1, 2\): .* node's shape \(1, 2\), got \(3,\)"):
         y.back(np.ones(3))
+    for seed, error, message in [("abc", TypeError, r"back\(\): the seed gradient .* not str"),
+                                 (np.ones((1, 2), complex), TypeError, r"not complex128"),
+                                 ([[True, False]], TypeError, r"not bool")]:
+        with pytest.raises(error, match=message):
+            y.back(seed)
+    assert x.g[0, 1] == 30.0                                 # refused seeds changed nothing
+    x.reset()
+    y.back(2.0)                                              # a number fills the node's shape
+    np.testing.assert_allclose(x.g, [[6.0, 6.0]])
+
+
+def test_data_assignment_is_checked_and_a_new_shape_drops_the_gradient():
+    w = nn.NetVar(np.ones((2, 2)))
+    (w * 2.0).sum().back()
+    with pytest.raises(TypeError, match=r"\.data of NetVar #\d+ of shape \(2, 2\): cannot make"):
+        w.data = "abc"
+    with pytest.raises(TypeError, match=r"\.data of NetVar .*cannot hold an array of dtype <U1"):
+        w.data = np.array([["a"]])
+    assert w.shape == (2, 2) and w.g[0, 0] == 2.0            # refused: nothing changed
+    w.data = [[1, 2], [3, 4]]                                 # a list takes the node's dtype
+    assert w.dtype == np.float64 and w.g[0, 0] == 2.0
+    w.data = nn.NetVar(np.full((2, 2), 5.0))                 # a node gives its values
+    assert type(w.data) is np.ndarray and w.data[0, 0] == 5.0
+    w.data = np.ones((3, 2))
+    assert w._g is None and w.g.shape == (3, 2)              # a gradient of the old shape is gone
+    with pytest.raises(TypeError, match=r"NetVar: requires_grad must be True or False, got 'no'"):
+        nn.NetVar([1.0], requires_grad="no")
 
 
 def test_seed_array_is_not_modified():

@@ -114,7 +114,8 @@ CASES = [
     ("back() of a constant", lambda m: (m.x * 2.0).back(), RuntimeError,
      r"back\(\): Mul #\d+ .* does not require a gradient"),
     ("back() seed shape", lambda m: m.net(m.x).back(np.ones(3)), ValueError,
-     r"back\(\): seed gradient of shape \(3,\) does not match the node's shape \(4, 2\)"),
+     r"back\(\): the seed gradient of Tanh #\d+ of shape \(4, 2\): the gradient must have the "
+     r"node's shape \(4, 2\), got \(3,\)"),
     ("FFN.back() before a call", lambda m: nn.FFN((nn.ReLU,)).back(), RuntimeError,
      r"FFN.back\(\): call the network on an input first"),
     # -- arithmetic, shapes, ranks
