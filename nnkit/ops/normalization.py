@@ -10,7 +10,20 @@ __all__ = ['BatchNorm', 'BatchNormState', 'LayerNorm']
 import numpy
 
 from .. import backend
-from ..core import NetOp, get_dtype, is_training
+from ..core import NetOp, NetVar, get_dtype, is_training
+from .activation import _number
+
+
+def _check_eps(owner, name, eps):
+    eps = _number(owner, name, eps)
+    if not 0 < eps < numpy.inf:
+        raise ValueError(f"{owner}: {name} must be positive and finite, got {eps:g}")
+
+
+def _check_momentum(owner, name, momentum):
+    momentum = _number(owner, name, momentum)
+    if not 0 <= momentum <= 1:
+        raise ValueError(f"{owner}: {name} must be in [0, 1], got {momentum:g}")
 
 
 class BatchNormState:
@@ -20,16 +33,16 @@ class BatchNormState:
     PyTorch does, running = (1 − momentum) · running + momentum · batch, with the unbiased batch
     variance (n / (n − 1) times the biased one); evaluation normalises with them. The arrays
     follow the data's device and dtype on first use. Because it is not a NetVar, ``FFN.vars``
-    never lists it and optimizers never touch it.
+    never lists it and optimizers never touch it. BatchNorm checks momentum, eps and the shapes
+    of the running arrays again at each call, so a state edited into nonsense is refused.
     """
 
     def __init__(self, features, momentum=0.1, eps=1e-5):
-        if not (isinstance(features, (int, numpy.integer)) and features > 0):
+        if not (isinstance(features, (int, numpy.integer)) and not isinstance(features, bool)
+                and features > 0):
             raise ValueError(f"BatchNormState: features must be a positive int, got {features!r}")
-        if not 0 <= momentum <= 1:
-            raise ValueError(f"BatchNormState: momentum must be in [0, 1], got {momentum}")
-        if not eps > 0:
-            raise ValueError(f"BatchNormState: eps must be positive, got {eps}")
+        _check_momentum("BatchNormState", "momentum", momentum)
+        _check_eps("BatchNormState", "eps", eps)
         self.features = int(features)
         self.momentum = momentum
         self.eps = eps
@@ -70,14 +83,23 @@ class _Normalization(NetOp):
     broadcast along, ``pshape`` the shape γ and β take to broadcast against x.
     """
 
-    def _affine(self, x, xhat, inv, gamma, beta, batch_stats):
-        self.xhat, self.inv, self.batch_stats = xhat, inv, batch_stats
+    def _check_parameters(self, x, gamma, beta):
+        """Refuse a gamma or beta that is not a NetVar (or None) with one value per feature."""
+        op = type(self).__name__
         features = x._data.shape[self.feature_axis]
         for name, p in (("gamma", gamma), ("beta", beta)):
-            if p is not None and p._data.size != features:
-                raise ValueError(f"{type(self).__name__}: {name} of shape {tuple(p.shape)} does "
-                                 f"not match the {features} features of x of shape "
-                                 f"{tuple(x.shape)}")
+            if p is None:
+                continue
+            if not isinstance(p, NetVar):
+                raise TypeError(f"{op}: {name} must be a NetVar or None, got {type(p).__name__}")
+            if p._data.size != features:
+                raise ValueError(f"{op}: {name} of shape {tuple(p.shape)} does not match the "
+                                 f"{features} features of x of shape {tuple(x.shape)}")
+            if type(p._data) is not type(x._data):
+                backend.check_same_device(op, x._data, p._data)
+
+    def _affine(self, x, xhat, inv, gamma, beta, batch_stats):
+        self.xhat, self.inv, self.batch_stats = xhat, inv, batch_stats
         self.has_gamma, self.has_beta = gamma is not None, beta is not None
         y = xhat
         if gamma is not None:
@@ -123,7 +145,10 @@ class BatchNorm(_Normalization):
                  dx = (γ / √(σ² + eps)) · (g − mean(g) − x̂ · mean(g · x̂))   (γ·g for g inside)
     evaluation:  x̂ = (x − running_mean) / √(running_var + eps);  dx = γ · g / √(running_var + eps)
     dγ = Σ g · x̂,  dβ = Σ g   (sums over every axis but 1)
-    Training needs more than one value per feature.
+    Training needs more than one value per feature. Every argument (and the state's momentum,
+    eps and running arrays) is checked before the running statistics change, and they change
+    only once the output exists: a refused call, detect_anomaly()'s included, leaves them as
+    they were.
     """
     feature_axis = 1
 
@@ -132,25 +157,35 @@ class BatchNorm(_Normalization):
             raise TypeError(f"BatchNorm: state must be a BatchNormState, got "
                             f"{type(state).__name__}")
         xd = x._data
-        if xd.ndim < 2 or xd.shape[1] != state.features:
-            raise ValueError(f"BatchNorm: x of shape {tuple(x.shape)} needs (B, {state.features}"
-                             f", ...) for a state of {state.features} features")
-        self.stat_axes = self.param_axes = (0,) + tuple(range(2, xd.ndim))
-        self.pshape = (1, state.features) + (1,) * (xd.ndim - 2)
+        F = state.features
+        if xd.ndim < 2 or xd.shape[1] != F:
+            raise ValueError(f"BatchNorm: x of shape {tuple(x.shape)} needs (B, {F}"
+                             f", ...) for a state of {F} features")
+        self._check_parameters(x, gamma, beta)
+        _check_momentum("BatchNorm", "state.momentum", state.momentum)
+        _check_eps("BatchNorm", "state.eps", state.eps)
+        for name in ("running_mean", "running_var"):
+            shape = numpy.shape(getattr(state, name))
+            if shape != (F,):
+                raise ValueError(f"BatchNorm: state.{name} of shape {shape} does not match its "
+                                 f"{F} features")
         training = is_training()
+        n = xd.size // F
+        if training and n < 2:
+            raise ValueError(f"BatchNorm: training needs more than one value per feature, "
+                             f"x has shape {tuple(x.shape)} (use eval_mode() for one sample)")
+        self.stat_axes = self.param_axes = (0,) + tuple(range(2, xd.ndim))
+        self.pshape = (1, F) + (1,) * (xd.ndim - 2)
         if training:
-            n = xd.size // state.features
-            if n < 2:
-                raise ValueError(f"BatchNorm: training needs more than one value per feature, "
-                                 f"x has shape {tuple(x.shape)} (use eval_mode() for one sample)")
             xhat, inv, mean, var = _standardize(xd, self.stat_axes, state.eps)
-            state.update(mean.reshape(-1), var.reshape(-1), n)
         else:
             xp = backend.array_module(xd)
             mean, var = state.statistics(xd)
             inv = 1 / xp.sqrt(var.reshape(self.pshape) + state.eps)
             xhat = (xd - mean.reshape(self.pshape)) * inv
         self._affine(x, xhat, inv, gamma, beta, training)
+        if training:
+            state.update(mean.reshape(-1), var.reshape(-1), n)
 
 
 class LayerNorm(_Normalization):
@@ -160,15 +195,18 @@ class LayerNorm(_Normalization):
     x̂ = (x − μ) / √(σ² + eps),   y = γ · x̂ + β     (γ, β hold D values, or are None)
     dx = (γ / √(σ² + eps)) · (g − mean(g) − x̂ · mean(g · x̂))   (γ·g for g inside)
     dγ = Σ g · x̂,  dβ = Σ g   (sums over every axis but the last)
+    eps must be positive and finite.
     """
     feature_axis = -1
     stat_axes = (-1,)
 
     def __init__(self, x, gamma=None, beta=None, eps=1e-5):
+        _check_eps("LayerNorm", "eps", eps)
         xd = x._data
         if xd.ndim < 1 or xd.shape[-1] < 1:
             raise ValueError(f"LayerNorm: x of shape {tuple(x.shape)} has no last axis to "
                              "normalise")
+        self._check_parameters(x, gamma, beta)
         self.param_axes = tuple(range(xd.ndim - 1))
         self.pshape = (xd.shape[-1],)
         xhat, inv, _, _ = _standardize(xd, self.stat_axes, eps)

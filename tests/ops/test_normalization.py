@@ -110,3 +110,124 @@ def test_layernorm_matches_pytorch(torch, rng):
                                    x, gamma, beta, rng=rng, atol=1e-12, grad_atol=1e-10)
     with pytest.raises(ValueError, match=r"LayerNorm: gamma of shape \(1, 5\) does not match"):
         nn.LayerNorm(nodes[0], nn.NetVar(np.ones(5)))
+
+
+# -- a refused call leaves the running statistics exactly as they were
+
+def _trained_state(rng, features=3):
+    state = nn.BatchNormState(features, momentum=0.3)
+    nn.BatchNorm(nn.NetVar(rng.standard_normal((6, features)) * 2 + 1), None, None, state)
+    return state
+
+
+def _statistics(state):
+    return (np.array(state.running_mean, copy=True), np.array(state.running_var, copy=True),
+            state.num_batches_tracked, state.momentum, state.eps)
+
+
+def _assert_same_statistics(state, before):
+    mean, var, batches, momentum, eps = before
+    np.testing.assert_array_equal(state.running_mean, mean)
+    np.testing.assert_array_equal(state.running_var, var)
+    assert (state.num_batches_tracked, state.momentum) == (batches, momentum)
+    assert state.eps == eps or (np.isnan(state.eps) and np.isnan(eps))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_batchnorm_refuses_wrong_parameters_before_touching_the_statistics(training, rng):
+    state = _trained_state(rng)
+    x = nn.NetVar(rng.standard_normal((4, 3)) * 5 + 2)
+    bad_calls = [
+        (lambda: nn.BatchNorm(x, nn.NetVar(np.ones(2)), None, state), ValueError,
+         r"BatchNorm: gamma of shape \(1, 2\) does not match the 3 features of x of shape "
+         r"\(4, 3\)"),
+        (lambda: nn.BatchNorm(x, None, nn.NetVar(np.ones(4)), state), ValueError,
+         r"BatchNorm: beta of shape \(1, 4\) does not match the 3 features"),
+        (lambda: nn.BatchNorm(x, np.ones(3), None, state), TypeError,
+         r"BatchNorm: gamma must be a NetVar or None, got ndarray"),
+        (lambda: nn.BatchNorm(x, None, [0.0, 0.0, 0.0], state), TypeError,
+         r"BatchNorm: beta must be a NetVar or None, got list"),
+    ]
+    with nn.train_mode(training):
+        for call, error, message in bad_calls:
+            before = _statistics(state)
+            with pytest.raises(error, match=message):
+                call()
+            _assert_same_statistics(state, before)
+
+
+@pytest.mark.parametrize("attribute,value,error,message", [
+    ("eps", float("nan"), ValueError, r"BatchNorm: state\.eps must be positive and finite, "
+                                      r"got nan"),
+    ("eps", -1e-5, ValueError, r"BatchNorm: state\.eps must be positive and finite, got -1e-05"),
+    ("eps", float("inf"), ValueError, r"BatchNorm: state\.eps must be positive and finite"),
+    ("eps", "1e-5", TypeError, r"BatchNorm: state\.eps must be a number, got str"),
+    ("momentum", 2.0, ValueError, r"BatchNorm: state\.momentum must be in \[0, 1\], got 2"),
+    ("momentum", float("nan"), ValueError, r"BatchNorm: state\.momentum must be in \[0, 1\], "
+                                           r"got nan"),
+    ("momentum", None, TypeError, r"BatchNorm: state\.momentum must be a number, got NoneType"),
+    ("running_mean", np.zeros(4), ValueError, r"BatchNorm: state\.running_mean of shape \(4,\) "
+                                              r"does not match its 3 features"),
+    ("running_var", np.ones((1, 3)), ValueError, r"BatchNorm: state\.running_var of shape "
+                                                 r"\(1, 3\) does not match its 3 features"),
+])
+@pytest.mark.parametrize("training", [True, False])
+def test_batchnorm_refuses_a_state_edited_into_nonsense(attribute, value, error, message,
+                                                        training, rng):
+    state = _trained_state(rng)
+    setattr(state, attribute, value)
+    before = _statistics(state)
+    with nn.train_mode(training), pytest.raises(error, match=message):
+        nn.BatchNorm(nn.NetVar(rng.standard_normal((4, 3))), None, None, state)
+    _assert_same_statistics(state, before)
+
+
+def test_batchnorm_refused_by_detect_anomaly_leaves_the_statistics(rng):
+    state = _trained_state(rng)
+    data = rng.standard_normal((4, 3))
+    data[:, 2] = [1e308, 1e308, -1e308, 1e308]        # finite, but the batch mean overflows
+    before = _statistics(state)
+    with nn.detect_anomaly(), np.errstate(all="ignore"), pytest.raises(nn.AnomalyError):
+        nn.BatchNorm(nn.NetVar(data), None, None, state)
+    _assert_same_statistics(state, before)
+
+
+@pytest.mark.parametrize("options,error,message", [
+    (dict(eps=float("nan")), ValueError, r"BatchNormState: eps must be positive and finite, "
+                                         r"got nan"),
+    (dict(eps=float("inf")), ValueError, r"BatchNormState: eps must be positive and finite"),
+    (dict(eps=0.0), ValueError, r"BatchNormState: eps must be positive and finite, got 0"),
+    (dict(eps="small"), TypeError, r"BatchNormState: eps must be a number, got str"),
+    (dict(momentum=float("nan")), ValueError, r"BatchNormState: momentum must be in \[0, 1\], "
+                                              r"got nan"),
+    (dict(momentum=None), TypeError, r"BatchNormState: momentum must be a number, got NoneType"),
+    (dict(features=True), ValueError, r"BatchNormState: features must be a positive int, "
+                                      r"got True"),
+    (dict(features=3.0), ValueError, r"BatchNormState: features must be a positive int, "
+                                     r"got 3.0"),
+])
+def test_batchnorm_state_options_are_checked(options, error, message):
+    options = dict(dict(features=3), **options)
+    with pytest.raises(error, match=message):
+        nn.BatchNormState(**options)
+
+
+@pytest.mark.parametrize("eps,error,message", [
+    (float("nan"), ValueError, r"LayerNorm: eps must be positive and finite, got nan"),
+    (-1e-5, ValueError, r"LayerNorm: eps must be positive and finite, got -1e-05"),
+    (0, ValueError, r"LayerNorm: eps must be positive and finite, got 0"),
+    (float("inf"), ValueError, r"LayerNorm: eps must be positive and finite, got inf"),
+    ("1e-5", TypeError, r"LayerNorm: eps must be a number, got str"),
+])
+def test_layernorm_eps_must_be_positive_and_finite(eps, error, message, rng):
+    with pytest.raises(error, match=message):
+        nn.LayerNorm(var64(rng, 2, 3), eps=eps)
+
+
+def test_layernorm_parameters_must_be_netvars_of_the_right_size(rng):
+    x = var64(rng, 2, 3)
+    with pytest.raises(TypeError, match=r"LayerNorm: gamma must be a NetVar or None, got ndarray"):
+        nn.LayerNorm(x, np.ones(3))
+    with pytest.raises(ValueError, match=r"LayerNorm: beta of shape \(1, 2\) does not match the "
+                                         r"3 features"):
+        nn.LayerNorm(x, None, nn.NetVar(np.ones(2)))
