@@ -565,6 +565,11 @@ class NetVar:
         raise TypeError(f"the truth value of {self._describe()} is ambiguous; "
                         "compare .data or use .item()")
 
+    def __setitem__(self, index, value):
+        raise TypeError(f"{self._describe()} does not support item assignment: a node's value "
+                        "is fixed once ops have read it; build a new node (nn.Where, nn.Concat) "
+                        "or, outside any graph, edit .data[...] and call mark_edited()")
+
     __hash__ = object.__hash__
 
     # -- PyTorch's spellings, answered with nnkit's. __getattr__ runs only when the ordinary

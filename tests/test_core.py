@@ -552,6 +552,10 @@ def test_pytorch_spellings_name_nnkits():
     assert np.asarray(x, dtype=np.float64).dtype == np.float64
     with pytest.raises(ValueError, match=r"float\(\): NetVar #\d+ of shape \(1, 2\) holds 2 "):
         float(x)
+    with pytest.raises(TypeError, match=r"NetVar #\d+ of shape \(1, 2\) does not support item "
+                                        r"assignment: .*nn.Where"):
+        x[0, 1] = 5.0
+    assert x.data[0, 1] == 2.0
 
 
 @pytest.mark.parametrize("earlier", [0, 1, 2])      # first, second and later contributions

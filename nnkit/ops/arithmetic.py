@@ -17,7 +17,11 @@ Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient
 """
 
 __all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log']
+import math
+import numbers
 import operator
+
+import numpy
 
 from .. import backend
 from ..core import NetOp, NetVar, _link, constant
@@ -206,11 +210,11 @@ class Pow(NetOp):
     def __init__(self, x, p):
         if isinstance(p, NetVar):
             raise TypeError("Pow: the exponent must be a constant number, not a NetVar")
-        try:
-            p = float(p)
-        except (TypeError, ValueError):
-            raise TypeError(f"Pow: the exponent must be a number, got {type(p).__name__}") \
-                from None
+        if not isinstance(p, numbers.Real) or isinstance(p, (bool, numpy.bool_)):
+            raise TypeError(f"Pow: the exponent must be a number, got {type(p).__name__}")
+        p = float(p)
+        if not math.isfinite(p):
+            raise ValueError(f"Pow: the exponent must be finite, got {p}")
         self.p = p
         _link(self, x._data ** (int(p) if p == int(p) else p), x)
 

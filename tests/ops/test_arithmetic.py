@@ -60,6 +60,23 @@ def test_pow_rejects_node_exponent(rng):
         var64(rng, 2, 2) ** var64(rng, 1, 1)
 
 
+@pytest.mark.parametrize("p, error, message", [
+    ("2", TypeError, r"Pow: the exponent must be a number, got str"),      # was taken as 2
+    (True, TypeError, r"got bool"),
+    (np.array([2.0]), TypeError, r"got ndarray"),
+    (float("nan"), ValueError, r"Pow: the exponent must be finite, got nan"),
+    (float("inf"), ValueError, r"finite, got inf")])
+def test_pow_refuses_exponents_that_are_not_finite_numbers(p, error, message, rng):
+    with pytest.raises(error, match=message):
+        nn.Pow(var64(rng, 2, 2), p)
+
+
+def test_pow_takes_numpy_numbers(rng):
+    x = var64(rng, 2, 2, positive=True)
+    np.testing.assert_allclose(nn.Pow(x, np.int64(3)).data, x.data ** 3)
+    np.testing.assert_allclose(nn.Pow(x, np.float32(0.5)).data, x.data ** 0.5)
+
+
 @pytest.mark.parametrize("op,positive", [(nn.Neg, False), (nn.Exp, False), (nn.Log, True)])
 def test_unary_gradcheck(op, positive, rng):
     nn.gradcheck(op, var64(rng, 3, 5, positive=positive))
