@@ -262,11 +262,13 @@ class HardTanh(NetOp):
 
     y = min(max(x, lo), hi)
     dx = g · [lo < x < hi]   (0 at and beyond the bounds, as PyTorch's hardtanh)
+    lo and hi are numbers (±inf allowed) with lo < hi.
     """
 
     def __init__(self, x, lo=-1.0, hi=1.0):
+        lo, hi = _number("HardTanh", "lo", lo), _number("HardTanh", "hi", hi)
         if not lo < hi:
-            raise ValueError(f"HardTanh: lo ({lo}) must be below hi ({hi})")
+            raise ValueError(f"HardTanh: lo ({lo:g}) must be below hi ({hi:g})")
         self.lo, self.hi = lo, hi
         super().__init__(backend.array_module(x._data).clip(x._data, lo, hi), x)
 

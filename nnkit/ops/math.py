@@ -7,7 +7,7 @@ Notation: input x (a, b for two inputs), output y, upstream gradient g; [c] is 1
 __all__ = ['Sqrt', 'Abs', 'Clip', 'Where', 'Maximum', 'Minimum', 'Sin', 'Cos']
 import numpy
 
-from .. import backend
+from .. import backend, core
 from ..core import NetOp, NetVar
 from .arithmetic import _nodes
 
@@ -46,16 +46,19 @@ class Clip(NetOp):
     y = min(max(x, lo), hi)
     dx = g · [lo ≤ x ≤ hi]   (0 outside the range; the bounds themselves pass g, as PyTorch's
          clamp)
-    The bounds are constants: numbers or arrays that broadcast against x.
+    The bounds are constants: numbers or arrays that broadcast against x. A bound holding NaN
+    or a lower bound above the upper one raises ValueError (for bounds on the GPU only inside
+    detect_anomaly(): checking them there would read them back at every call).
     """
 
     def __init__(self, x, lo=None, hi=None):
         if lo is None and hi is None:
             raise ValueError("Clip: give at least one bound (lo or hi)")
         xp = backend.array_module(x._data)
-        self.lo = None if lo is None else _bound(lo, x, xp)
-        self.hi = None if hi is None else _bound(hi, x, xp)
-        if lo is not None and hi is not None and (_on_host(lo) > _on_host(hi)).any():
+        self.lo = None if lo is None else _bound("lo", lo, x, xp)
+        self.hi = None if hi is None else _bound("hi", hi, x, xp)
+        low, high = _on_host(lo), _on_host(hi)
+        if low is not None and high is not None and (low > high).any():
             raise ValueError(f"Clip: the lower bound {lo} exceeds the upper bound {hi}")
         y = x._data
         if lo is not None:
@@ -74,15 +77,33 @@ class Clip(NetOp):
 
 
 def _on_host(bound):
-    """A bound as a NumPy array, to validate it without a device read for host bounds."""
+    """A bound as a NumPy array to validate, or None when there is none to check: no bound, or
+    a bound on the GPU outside detect_anomaly() (reading it back would cost a copy per call)."""
     bound = bound.data if isinstance(bound, NetVar) else bound
+    if bound is None:
+        return None
     if hasattr(bound, "__cuda_array_interface__"):
-        return backend.to_cpu(bound)
+        return backend.to_cpu(bound) if core._anomaly else None
     return numpy.asarray(bound)
 
 
-def _bound(value, x, xp):
-    return xp.asarray(value.data if isinstance(value, NetVar) else value, dtype=x._data.dtype)
+def _bound(name, value, x, xp):
+    """A bound as an array of x's dtype; refuses what is not a number or array, and NaN."""
+    data = value.data if isinstance(value, NetVar) else value
+    try:
+        bound = xp.asarray(data, dtype=x._data.dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"Clip: {name} must be a number or an array, got "
+                        f"{type(data).__name__}") from None
+    host = _on_host(data)
+    if host is not None and numpy.isnan(host.astype(float)).any():
+        raise ValueError(f"Clip: {name} holds NaN")
+    try:
+        numpy.broadcast_shapes(bound.shape, x._data.shape)
+    except ValueError:
+        raise ValueError(f"Clip: {name} of shape {tuple(bound.shape)} does not broadcast against "
+                         f"x of shape {tuple(x.shape)}") from None
+    return bound
 
 
 class Where(NetOp):
@@ -90,14 +111,20 @@ class Where(NetOp):
 
     y = a where cond else b
     da = g · [cond],  db = g · [not cond]   (each summed back to its input's shape)
-    cond is a boolean (or 0/1) array or NetVar and is not differentiated; a and b may be nodes,
-    numbers or arrays, and all three broadcast together.
+    cond is a boolean (or 0/1) array or NetVar and is not differentiated (other values raise
+    ValueError; on the GPU inside detect_anomaly()); a and b may be nodes, numbers or arrays,
+    and all three broadcast together.
     """
 
     def __init__(self, cond, a, b):
         a, b = _nodes(a, b)
         xp = backend.array_module(a._data)
         cond = xp.asarray(cond._data if isinstance(cond, NetVar) else cond)
+        if cond.dtype != bool and (xp is numpy or core._anomaly):
+            bad = (cond != 0) & (cond != 1)
+            if bad.any():
+                raise ValueError(f"Where: cond must hold booleans or 0/1, got "
+                                 f"{float(cond[bad].reshape(-1)[0]):g}")
         self.cond = cond if cond.dtype == bool else cond != 0
         try:
             y = xp.where(self.cond, a._data, b._data)

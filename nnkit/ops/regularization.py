@@ -10,6 +10,7 @@ import numpy
 
 from .. import backend
 from ..core import NetOp, NetVar, is_training
+from .activation import _finite_number, _number
 
 
 class Dropout(NetOp):
@@ -22,6 +23,7 @@ class Dropout(NetOp):
     """
 
     def __init__(self, x, p=0.5):
+        p = _number("Dropout", "p", p)
         if not 0 <= p < 1:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
         self.mask = None
@@ -44,20 +46,28 @@ class L2Reg(NetOp):
     dloss = g,   dW = g · r · W / B
     B is ``batch_size`` (default 1): give the batch's rows to make r a per-sample rate, as in
     Σ(loss per row) / B + r/(2B)·Σ‖W‖². ``loss`` must hold one value; ``params`` is a list of
-    NetVars (e.g. ``net.vars``); ``r`` ≥ 0.
+    NetVars (e.g. ``net.vars``); ``r`` a finite number ≥ 0.
     """
 
     def __init__(self, loss, params, r, batch_size=1):
+        if not isinstance(loss, NetVar):
+            raise TypeError(f"L2Reg: loss must be a NetVar, got {type(loss).__name__}")
         if loss._data.size != 1:
             raise ValueError(f"L2Reg: loss must hold one value, got shape {tuple(loss.shape)}")
         if isinstance(params, NetVar):
             params = [params]
-        params = list(params)
+        try:
+            params = list(params)
+        except TypeError:
+            raise TypeError(f"L2Reg: params must be a list of NetVars, got "
+                            f"{type(params).__name__}") from None
         if not all(isinstance(w, NetVar) for w in params):
             raise TypeError("L2Reg: params must be a list of NetVars")
+        r = _finite_number("L2Reg", "the rate r", r)
         if not r >= 0:
             raise ValueError(f"L2Reg: the rate r must be non-negative, got {r}")
-        if not (isinstance(batch_size, (int, numpy.integer)) and batch_size > 0):
+        if not (isinstance(batch_size, (int, numpy.integer)) and not isinstance(batch_size, bool)
+                and batch_size > 0):
             raise ValueError(f"L2Reg: batch_size must be a positive int, got {batch_size!r}")
         self.scale = r / batch_size
         # Σ‖W‖² stays on the data's device: a float() here would read it back at every step.

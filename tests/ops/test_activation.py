@@ -105,3 +105,34 @@ def test_new_activations_keep_float32(rng):
         y = op(x)
         y.back()
         assert y.dtype == np.float32 and x.g.dtype == np.float32, op.__name__
+
+
+@pytest.mark.parametrize("make,error,message", [
+    (lambda x: nn.LReLU(x, "0.1"), TypeError, r"LReLU: the slope s must be a number, got str"),
+    (lambda x: nn.LReLU(x, True), TypeError, r"LReLU: the slope s must be a number, got bool"),
+    (lambda x: nn.LReLU(x, np.array([0.1])), TypeError,
+     r"LReLU: the slope s must be a number, got ndarray"),
+    (lambda x: nn.LReLU(x, float("nan")), ValueError, r"LReLU: the slope s must be finite"),
+    (lambda x: nn.ELU(x, "1"), TypeError, r"ELU: alpha must be a number, got str"),
+    (lambda x: nn.ELU(x, float("inf")), ValueError, r"ELU: alpha must be finite, got inf"),
+    (lambda x: nn.HardTanh(x, "-1"), TypeError, r"HardTanh: lo must be a number, got str"),
+    (lambda x: nn.HardTanh(x, -1.0, None), TypeError, r"HardTanh: hi must be a number, got "
+                                                      r"NoneType"),
+    (lambda x: nn.HardTanh(x, float("nan"), 1.0), ValueError,
+     r"HardTanh: lo \(nan\) must be below hi \(1\)"),
+    (lambda x: nn.HardTanh(x, -1.0, float("nan")), ValueError,
+     r"HardTanh: lo \(-1\) must be below hi \(nan\)"),
+    (lambda x: nn.HardTanh(x, np.zeros(4), 1.0), TypeError,
+     r"HardTanh: lo must be a number, got ndarray"),
+])
+def test_activation_hyperparameters_must_be_numbers(make, error, message, rng):
+    with pytest.raises(error, match=message):
+        make(var64(rng, 3, 4))
+
+
+def test_activation_hyperparameters_accept_numpy_numbers(rng):
+    x = var64(rng, 3, 4)
+    np.testing.assert_allclose(nn.LReLU(x, np.float32(0.25)).data, nn.LReLU(x, 0.25).data)
+    np.testing.assert_allclose(nn.HardTanh(x, np.int64(-1), np.float64(0.5)).data,
+                               np.clip(x.data, -1, 0.5))
+    np.testing.assert_allclose(nn.HardTanh(x, -np.inf, 0.5).data, np.minimum(x.data, 0.5))

@@ -96,3 +96,26 @@ def test_maximum_broadcast_error(rng):
     with pytest.raises(ValueError, match=r"Maximum: cannot broadcast a of shape \(2, 3\) with b "
                                          r"of shape \(2, 2\)"):
         nn.Maximum(var64(rng, 2, 3), var64(rng, 2, 2))
+
+
+def test_clip_bounds_must_be_numbers_or_arrays_without_nan(rng):
+    x = var64(rng, 3, 4)
+    with pytest.raises(ValueError, match=r"Clip: lo holds NaN"):
+        x.clip(float("nan"), 1.0)
+    with pytest.raises(ValueError, match=r"Clip: hi holds NaN"):
+        nn.Clip(x, None, np.array([[0.0, np.nan, 1.0, 1.0]]))
+    with pytest.raises(TypeError, match=r"Clip: lo must be a number or an array, got str"):
+        x.clip("low", 1.0)
+    with pytest.raises(ValueError, match=r"Clip: lo of shape \(5,\) does not broadcast against x "
+                                         r"of shape \(3, 4\)"):
+        x.clip(np.zeros(5), None)
+    with pytest.raises(ValueError, match=r"Clip: the lower bound .* exceeds the upper bound"):
+        nn.Clip(x, np.array([0.0, 0.0, 2.0, 0.0]), 1.0)
+
+
+def test_where_condition_must_be_boolean_or_0_1(rng):
+    a, b = var64(rng, 2, 3), var64(rng, 2, 3)
+    with pytest.raises(ValueError, match=r"Where: cond must hold booleans or 0/1, got 0.5"):
+        nn.Where(np.array([[1.0, 0.5, 0.0]]), a, b)
+    chosen = nn.Where(np.array([[1.0, 0.0, 1.0]]), a, b)
+    np.testing.assert_array_equal(chosen.data, np.where([[True, False, True]], a.data, b.data))

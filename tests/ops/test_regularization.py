@@ -87,3 +87,34 @@ def test_l2reg_errors(rng):
         nn.L2Reg(w.sum(), [w], -1)
     with pytest.raises(ValueError, match="L2Reg: batch_size must be a positive int"):
         nn.L2Reg(w.sum(), [w], 0.1, batch_size=0)
+
+
+@pytest.mark.parametrize("p,error,message", [
+    ("0.5", TypeError, r"Dropout: p must be a number, got str"),
+    (None, TypeError, r"Dropout: p must be a number, got NoneType"),
+    (True, TypeError, r"Dropout: p must be a number, got bool"),
+    (np.array([0.5]), TypeError, r"Dropout: p must be a number, got ndarray"),
+    (float("nan"), ValueError, r"Dropout: p must be in \[0, 1\), got nan"),
+])
+def test_dropout_p_must_be_a_number_in_range(p, error, message, rng):
+    x = var64(rng, 3, 4)
+    for mode in (True, False):                      # refused in evaluation too
+        with nn.train_mode(mode), pytest.raises(error, match=message):
+            nn.Dropout(x, p)
+
+
+def test_l2reg_refuses_bad_arguments(rng):
+    w = var64(rng, 2, 2)
+    loss = w.sum()
+    with pytest.raises(ValueError, match=r"L2Reg: the rate r must be finite, got inf"):
+        nn.L2Reg(loss, [w], float("inf"))
+    with pytest.raises(ValueError, match=r"L2Reg: the rate r must be finite, got nan"):
+        nn.L2Reg(loss, [w], float("nan"))
+    with pytest.raises(TypeError, match=r"L2Reg: the rate r must be a number, got str"):
+        nn.L2Reg(loss, [w], "0.1")
+    with pytest.raises(TypeError, match=r"L2Reg: params must be a list of NetVars, got int"):
+        nn.L2Reg(loss, 3, 0.1)
+    with pytest.raises(TypeError, match=r"L2Reg: loss must be a NetVar, got float"):
+        nn.L2Reg(1.0, [w], 0.1)
+    with pytest.raises(ValueError, match=r"L2Reg: batch_size must be a positive int, got True"):
+        nn.L2Reg(loss, [w], 0.1, batch_size=True)
