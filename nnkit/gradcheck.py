@@ -6,6 +6,8 @@ the wrong elements marked, so a learner writing a NetOp sees exactly what is off
 report is ``error.report`` on a GradcheckError (an HTML table in Jupyter).
 """
 import html
+import math
+import numbers
 
 import numpy
 
@@ -151,6 +153,11 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error
     ``raise_on_error=False``). ``verbose=True`` prints the GradcheckReport: per input, analytic
     and numeric gradients side by side with the wrong elements marked.
     """
+    for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol)):
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and (value > 0 if name == "eps" else value >= 0)):
+            bound = "> 0" if name == "eps" else ">= 0"
+            raise ValueError(f"gradcheck: {name} must be a finite number {bound}, got {value!r}")
     inputs = list(inputs)
     for position, x in enumerate(inputs):
         if not isinstance(x, NetVar):
@@ -160,7 +167,11 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error
                             "differences need float64 inputs")
     for x in inputs:
         x.reset()
+    if not any(x.requires_grad for x in inputs):
+        raise ValueError("gradcheck: no input requires a gradient, so nothing would be checked")
     out = f(*inputs)
+    if not isinstance(out, NetVar):
+        raise TypeError(f"gradcheck: f must return a node, got {type(out).__name__}")
     xp = backend.array_module(out.data)
     weights = xp.asarray(numpy.random.default_rng(seed).standard_normal(out.shape),
                          dtype=out.dtype)

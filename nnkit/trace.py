@@ -7,7 +7,7 @@ sequence of graph pictures (``trace.frames()``, the backward pass one step at a 
 """
 import html
 
-from .core import preview
+from .core import NetVar, preview
 
 __all__ = ['Trace', 'TraceStep', 'trace_back']
 
@@ -142,6 +142,8 @@ def trace_back(root, g=None):
     The same steps as ``root.back(g, trace=True)``, but leaf gradients do not accumulate and
     the gradients of a previous ``back()`` stay in place, so pictures can be drawn at any time.
     """
+    if not isinstance(root, NetVar):
+        raise TypeError(f"trace_back: root must be a NetVar, got {type(root).__name__}")
     nodes = _reachable(root)
     saved = [(node, node._g, node._g is not None and node._gshared) for node in nodes]
     for node in nodes:

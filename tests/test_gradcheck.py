@@ -41,3 +41,22 @@ def test_gradcheck_leaves_inputs_unchanged(rng):
     before = x.data.copy()
     nn.gradcheck(lambda v: nn.Exp(v).sum(), x)
     np.testing.assert_array_equal(x.data, before)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(eps=float("nan")), r"gradcheck: eps must be a finite number > 0, got nan"),   # passed
+    (dict(eps=0), r"eps must be a finite number > 0, got 0"),
+    (dict(atol=-1e-6), r"atol must be a finite number >= 0, got -1e-06"),
+    (dict(rtol=float("inf")), r"rtol must be a finite number >= 0, got inf"),
+    (dict(eps="1e-6"), r"eps must be a finite number > 0, got '1e-6'")])
+def test_gradcheck_refuses_tolerances_that_would_check_nothing(options, message, rng):
+    x = var64(rng, 2, 2)
+    with pytest.raises(ValueError, match=message):
+        nn.gradcheck(nn.Tanh, x, **options)
+
+
+def test_gradcheck_refuses_calls_with_nothing_to_check(rng):
+    with pytest.raises(ValueError, match=r"gradcheck: no input requires a gradient"):
+        nn.gradcheck(nn.Tanh, var64(rng, 2, 2, requires_grad=False))
+    with pytest.raises(TypeError, match=r"gradcheck: f must return a node, got ndarray"):
+        nn.gradcheck(lambda a: a.data * 2, var64(rng, 2, 2))

@@ -116,3 +116,8 @@ def test_frames_from_trace():
     frames = trace.frames(show_data=True)
     assert len(frames) == len(trace) and frames.captions[0].startswith("step 0: SoftMax")
     assert 'fillcolor="#ffd966"' in trace.draw(3).source
+
+
+def test_trace_back_names_a_root_that_is_not_a_node():
+    with pytest.raises(TypeError, match=r"trace_back: root must be a NetVar, got ndarray"):
+        nn.trace_back(np.ones(3))
