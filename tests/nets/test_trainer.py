@@ -168,6 +168,11 @@ def test_bad_usage_is_explained():
         nn.Trainer(step, nn.GD(params)).fit([], epochs=1)
     with pytest.raises(TypeError, match="train_batches must be a list of batches"):
         nn.Trainer(step, nn.GD(params)).fit(42)
+    trainer = nn.Trainer(step, nn.GD(params))
+    with pytest.raises(TypeError, match="Trainer.fit: val must be a list of batches, a "
+                                        "re-iterable or a function .* got float"):
+        trainer.fit(_batches(x, y), val=0.2)            # (a split fraction, as in Keras)
+    assert trainer.epoch == 0 and "loss" not in trainer.history
     with pytest.raises(TypeError, match="step_fn must be callable"):
         nn.Trainer(None, nn.GD(params))
     with pytest.raises(TypeError, match=r"Trainer: optimizer is the class Adam; pass an "
