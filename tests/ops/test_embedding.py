@@ -107,3 +107,18 @@ def test_embedding_padding_idx_errors(rng):
         with pytest.raises(TypeError, match=r"Embedding: padding_idx must be an integer in "
                                             r"\[-5, 5\) for a table of 5 rows, got"):
             nn.Embedding(indices, table, padding_idx=bad)
+
+
+def test_embedding_refuses_bool_and_float_indices_and_changes_nothing(rng):
+    table = var64(rng, 5, 2)
+    nn.Embedding(np.array([1, 1]), table).back()
+    before = table.data.copy(), table.g.copy()
+    for indices in (np.array([True, False]), True, nn.NetVar([1, 2]), [1.0, 2.0]):
+        with pytest.raises(TypeError, match=r"Embedding: indices must have an integer dtype, got "
+                                            r"(bool|float)"):
+            nn.Embedding(indices, table)
+    with pytest.raises(ValueError, match=r"Embedding: index 7 is out of range for a table of 5 "
+                                         r"rows"):
+        nn.Embedding(np.array([1, 7], dtype=np.uint8), table)
+    np.testing.assert_array_equal(table.data, before[0])
+    np.testing.assert_array_equal(table.g, before[1])
