@@ -4,6 +4,8 @@ Every op reaches its math through ``xp = backend.array_module(x.data)``. CuPy is
 extra (``pip install nnkit[cuda]``), imported lazily the first time a non-NumPy array is seen
 or a GPU move is requested; without it everything runs on NumPy.
 """
+import numbers
+
 import numpy
 
 _ndarray = numpy.ndarray
@@ -79,8 +81,9 @@ def to_cpu(array):
 
 
 def seed(value):
-    """Seed nnkit's random generators (initializers, dropout masks, shuffles)."""
+    """Seed nnkit's random generators (initializers, dropout masks, shuffles) with an int >= 0."""
     global _rng
+    _check_seed(value, "seed")
     _rng = numpy.random.default_rng(value)
     _gpu_rngs.clear()
     cp = cupy_module() if _cupy is not None else None
@@ -97,10 +100,20 @@ def rng(xp=numpy):
     return _gpu_rngs[xp]
 
 
-def as_generator(seed_or_generator):
-    """A NumPy Generator from None (nnkit's seeded global), an int seed or a Generator."""
-    if seed_or_generator is None:
+def as_generator(seed, owner):
+    """The NumPy Generator for a ``seed`` argument of ``owner`` (None: nnkit's global one, seeded
+    by ``nnkit.seed``; an int >= 0: a fresh one; a Generator: itself); anything else is refused
+    naming ``owner``."""
+    if seed is None:
         return _rng
-    if isinstance(seed_or_generator, numpy.random.Generator):
-        return seed_or_generator
-    return numpy.random.default_rng(seed_or_generator)
+    if isinstance(seed, numpy.random.Generator):
+        return seed
+    _check_seed(seed, owner, "None, an int or a numpy.random.Generator")
+    return numpy.random.default_rng(seed)
+
+
+def _check_seed(value, owner, accepted="an int"):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{owner}: seed must be {accepted}, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{owner}: seed must be >= 0, got {value}")

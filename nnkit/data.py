@@ -11,7 +11,6 @@ import numpy
 
 from . import backend
 from .core import get_dtype
-from .init import as_generator
 
 
 def _as_arrays(seqs, owner, what="seqs"):
@@ -178,7 +177,7 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
                                      f"but its target sequence has {len(t)}")
         else:
             targets = numpy.asarray(targets)
-    rng = as_generator(seed, "minibatches")
+    rng = backend.as_generator(seed, "minibatches")
     order = rng.permutation(N) if shuffle else numpy.arange(N)
     if bucket:
         pool = N if isinstance(bucket, (bool, numpy.bool_)) else int(bucket) * batch_size

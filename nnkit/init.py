@@ -43,18 +43,6 @@ from . import backend
 from .core import NetVar, get_dtype
 
 
-def as_generator(seed, owner):
-    """The NumPy Generator for a ``seed`` argument (None: nnkit's global one, seeded by
-    ``nnkit.seed``; an int >= 0: a fresh one; a Generator: itself), refused naming ``owner``."""
-    if not (seed is None or isinstance(seed, numpy.random.Generator)
-            or (isinstance(seed, numbers.Integral) and not isinstance(seed, bool))):
-        raise TypeError(f"{owner}: seed must be None, an int or a numpy.random.Generator, got "
-                        f"{type(seed).__name__} {seed!r}")
-    if seed is not None and not isinstance(seed, numpy.random.Generator) and seed < 0:
-        raise ValueError(f"{owner}: seed must be >= 0, got {seed}")
-    return backend.as_generator(seed)
-
-
 def _shape(shape, owner):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
@@ -90,11 +78,11 @@ def _param(values, name=None):
 
 
 def _normal(shape, std, seed, owner, mean=0.0):
-    return _param(as_generator(seed, owner).normal(mean, std, shape))
+    return _param(backend.as_generator(seed, owner).normal(mean, std, shape))
 
 
 def _uniform(shape, limit, seed, owner):
-    return _param(as_generator(seed, owner).uniform(-limit, limit, shape))
+    return _param(backend.as_generator(seed, owner).uniform(-limit, limit, shape))
 
 
 def rand2(*shape, seed=None):
@@ -115,7 +103,8 @@ def uniform(*shape, low=-0.05, high=0.05, seed=None):
     """Uniform U(low, high)."""
     if not _finite("uniform", "low", low) <= _finite("uniform", "high", high):
         raise ValueError(f"uniform: low must be <= high, got {low} > {high}")
-    return _param(as_generator(seed, "uniform").uniform(low, high, _shape(shape, "uniform")))
+    generator = backend.as_generator(seed, "uniform")
+    return _param(generator.uniform(low, high, _shape(shape, "uniform")))
 
 
 def glorot_uniform(*shape, seed=None):
@@ -167,7 +156,8 @@ def orthogonal(*shape, gain=1.0, seed=None):
     shape = _shape(shape, "orthogonal")
     _finite("orthogonal", "gain", gain)
     rows, cols = shape[0], math.prod(shape[1:])
-    a = as_generator(seed, "orthogonal").standard_normal((max(rows, cols), min(rows, cols)))
+    generator = backend.as_generator(seed, "orthogonal")
+    a = generator.standard_normal((max(rows, cols), min(rows, cols)))
     q, r = numpy.linalg.qr(a)
     q *= numpy.where(numpy.diag(r) < 0, -1.0, 1.0)
     if rows < cols:
@@ -181,7 +171,7 @@ def identity(*shape, gain=1.0, seed=None):
     accepted for a uniform signature and unused."""
     shape = _shape(shape, "identity")
     _finite("identity", "gain", gain)
-    as_generator(seed, "identity")
+    backend.as_generator(seed, "identity")
     if len(shape) != 2:
         raise ValueError(f"identity: needs a 2-D shape, got {shape}")
     return _param(gain * numpy.eye(*shape))
@@ -189,5 +179,5 @@ def identity(*shape, gain=1.0, seed=None):
 
 def zeros(*shape, seed=None):
     """All zeros (biases). ``seed`` is accepted for a uniform signature and unused."""
-    as_generator(seed, "zeros")
+    backend.as_generator(seed, "zeros")
     return _param(numpy.zeros(_shape(shape, "zeros")))

@@ -140,3 +140,20 @@ def test_old_names_are_the_same_functions():
     assert nn.glorot is nn.glorot_uniform and nn.he is nn.he_normal
     with pytest.raises(ValueError, match="gaussian: std"):
         nn.gaussian(2, 2, std=-1)
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (None, TypeError, r"seed: seed must be an int, got NoneType None"),   # reseeded randomly
+    (True, TypeError, r"seed: seed must be an int, got bool True"),
+    (1.5, TypeError, r"got float 1.5"),
+    ("a", TypeError, r"got str 'a'"),
+    (-1, ValueError, r"seed: seed must be >= 0, got -1")])
+def test_nn_seed_takes_only_an_int(value, error, message):
+    nn.seed(3)
+    expected = nn.glorot(2, 2).data
+    nn.seed(3)
+    with pytest.raises(error, match=message):
+        nn.seed(value)
+    np.testing.assert_array_equal(nn.glorot(2, 2).data, expected)   # the generator is untouched
+    nn.seed(np.int64(3))
+    np.testing.assert_array_equal(nn.glorot(2, 2).data, expected)

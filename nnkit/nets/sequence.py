@@ -6,8 +6,8 @@ import numbers
 
 import numpy
 
+from .. import backend
 from ..core import NetVar, get_dtype
-from ..init import as_generator
 from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
@@ -43,7 +43,7 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
             or not math.isfinite(forget_bias):
         raise ValueError(f"recurrent_weights: forget_bias must be a finite number, got "
                          f"{forget_bias!r}")
-    generator = as_generator(seed, "recurrent_weights")
+    generator = backend.as_generator(seed, "recurrent_weights")
     layer = _LAYERS[cell]
     k = layer.gates
     limit = 1 / math.sqrt(hidden)
@@ -98,7 +98,7 @@ class SequenceModel:
         if cell != 'rnn' and activation != 'tanh':
             raise ValueError(f"SequenceModel: activation is for cell='rnn'; an '{cell}' cell "
                              f"has its own nonlinearities, got activation={activation!r}")
-        generator = as_generator(seed, "SequenceModel")
+        generator = backend.as_generator(seed, "SequenceModel")
         self.cell, self.per_step, self.activation = cell, per_step, activation
         self.table = None
         features = inputs
