@@ -12,8 +12,10 @@ op names with arguments that are parameter references, constants (arrays by key)
 Loading maps op names through a registry of nnkit's public op classes (``ops=`` adds your own)
 and reads with ``numpy.load(..., allow_pickle=False)``.
 
-The model is an ``FFN`` (parameters named ``"<entry>.<Op>.<argument>"``, e.g. ``"0.Multiply.1"``),
-a dict name → NetVar, or a list of NetVars (named ``"0"``, ``"1"``, ...).
+The model is an ``FFN`` (parameters named ``"<entry>.<Op>.<argument>"``, e.g. ``"0.Multiply.1"``;
+an FFN inside an FFN adds its entry: ``"2.FFN.0.Multiply.1"``; a parameter used in several
+entries is stored once, under its first name, and stays shared when rebuilt), a dict
+name → NetVar, or a list of NetVars (named ``"0"``, ``"1"``, ...).
 
 Safety: ``save`` writes a temporary file in the target's directory and renames it over the
 target (``os.replace``), so a crash mid-save leaves the previous checkpoint intact. ``load``
@@ -62,23 +64,34 @@ def _op_registry():
 def save(path, model, optimizer=None, extra=None):
     """Write ``model``'s parameters (and ``optimizer``'s state, and ``extra``) to ``path``.
 
-    ``extra`` is any JSON-able data (epoch, metrics, ...). The write is atomic. Returns path.
+    ``extra`` is any JSON-able data (epoch, metrics, ...): dicts with string keys, lists,
+    strings, numbers (NumPy numbers become Python numbers; tuples come back as lists). The
+    write is atomic. Returns path. Everything is checked before the file is written, so a
+    refused save leaves an existing checkpoint as it was: TypeError for a model, topology
+    entry or ``extra`` that cannot be stored, ValueError for an optimizer that updates a
+    parameter the model does not hold (its state would be restored without its value).
     """
     writer = _Writer()
     params = _named_params(model, "save")
+    _check_keys(extra, "extra")
     meta = {"format": FORMAT, "version": VERSION,
             "params": [{"name": name, "array": writer.add(p._data)}
                        for name, p in params.items()],
             "topology": _encode_topology(model, params, writer)
             if isinstance(model, FFN) else None,
-            "optimizer": None, "extra": extra}
+            "optimizer": None, "extra": _plain(extra)}
     if optimizer is not None:
         names = {id(p): name for name, p in params.items()}
+        for position, p in enumerate(optimizer.params):
+            if id(p) not in names:
+                raise ValueError(f"save: the optimizer updates parameter {position} "
+                                 f"({p._describe()}), which is not in the model; save the "
+                                 "model that holds every parameter the optimizer updates")
         state = optimizer.state_dict()
         meta["optimizer"] = {
             "type": state["type"], "sizes": state["sizes"],
             "options": _plain(state["options"]), "groups": _plain(state["groups"]),
-            "param_names": [names.get(id(p)) for p in optimizer.params],
+            "param_names": [names[id(p)] for p in optimizer.params],
             "state": [{key: {"array": writer.add(value)} if _is_array(value) else _plain(value)
                        for key, value in entry.items()} for entry in state["state"]]}
     try:
@@ -88,6 +101,19 @@ def save(path, model, optimizer=None, extra=None):
     writer.arrays[META_KEY] = numpy.frombuffer(text.encode("utf-8"), dtype=numpy.uint8)
     _atomic_write(os.fspath(path), writer.arrays)
     return path
+
+
+def _check_keys(value, where):
+    """JSON turns a dict key 1 into "1": refuse keys that would not load as they were saved."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"save: {where} has the key {key!r} ({type(key).__name__}); "
+                                f"JSON keys are strings, so it would load as '{key}'")
+            _check_keys(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for position, item in enumerate(value):
+            _check_keys(item, f"{where}[{position}]")
 
 
 class _Writer:
@@ -116,12 +142,8 @@ def _plain(value):
 def _named_params(model, caller):
     """name -> NetVar for an FFN, a dict or a list of parameters."""
     if isinstance(model, FFN):
-        named, trainable = {}, {id(p) for p in model.vars}
-        for position, entry in enumerate(model.topology):
-            for argument, value in enumerate(entry[1:], start=1):
-                if id(value) in trainable:
-                    named.setdefault(f"{position}.{_op_name(entry[0], position)}.{argument}",
-                                     value)
+        named, trainable, seen = {}, {id(p) for p in model.vars}, set()
+        _name_ffn_params(model, "", caller, named, trainable, seen)
         return named
     if isinstance(model, dict):
         named = dict(model)
@@ -137,17 +159,33 @@ def _named_params(model, caller):
     return named
 
 
-def _op_name(op, position):
+def _name_ffn_params(net, prefix, caller, named, trainable, seen):
+    """Name each trainable parameter of ``net`` (and of the FFNs inside) at its first use."""
+    for position, entry in enumerate(net.topology):
+        label = _op_name(entry[0], position, caller)
+        if isinstance(entry[0], FFN):
+            _name_ffn_params(entry[0], f"{prefix}{position}.FFN.", caller, named, trainable,
+                             seen)
+            continue
+        for argument, value in enumerate(entry[1:], start=1):
+            if id(value) in trainable and id(value) not in seen:
+                seen.add(id(value))
+                named[f"{prefix}{position}.{label}.{argument}"] = value
+
+
+def _op_name(op, position, caller):
     """The name an op class is stored under: its public nnkit name, or its class name for a
-    user op (loading it then needs ``ops={name: cls}``)."""
+    user op (loading it then needs ``ops={name: cls}``); "FFN" for an FFN inside."""
+    if isinstance(op, FFN):
+        return "FFN"
     registry = _op_registry()
     for name, cls in registry.items():
         if cls is op:
             return name
-    label = getattr(op, "__name__", repr(op))
+    label = getattr(op, "__name__", type(op).__name__)
     if not (isinstance(op, type) and issubclass(op, NetOp)) or label in registry:
-        raise TypeError(f"save: FFN topology entry {position} uses {label}, which is not an "
-                        "nnkit op class (or shadows one's name); save the parameters "
+        raise TypeError(f"{caller}: FFN topology entry {position} uses {label}, which is not "
+                        "an nnkit op class (or shadows one's name); save the parameters "
                         "(net.vars) instead")
     return label
 
@@ -173,9 +211,13 @@ def _encode_topology(net, params, writer):
         raise TypeError(f"save: FFN topology entry {position} has an argument of type "
                         f"{type(value).__name__}, which cannot be stored as data")
 
-    return [{"op": _op_name(entry[0], position),
-             "args": [encode(value, position) for value in entry[1:]]}
-            for position, entry in enumerate(net.topology)]
+    def entries(net):
+        return [{"ffn": entries(entry[0])} if isinstance(entry[0], FFN) else
+                {"op": _op_name(entry[0], position, "save"),
+                 "args": [encode(value, position) for value in entry[1:]]}
+                for position, entry in enumerate(net.topology)]
+
+    return entries(net)
 
 
 def _atomic_write(path, arrays):
@@ -232,8 +274,10 @@ def load(path, model=None, optimizer=None, ops=None):
     except (KeyError, TypeError, AttributeError, IndexError) as error:
         raise CheckpointError(f"load: '{path}' is corrupted: its description is malformed "
                               f"({type(error).__name__}: {error})") from None
+    values = {name: backend.array_module(p._data).array(saved[name])   # every copy made first
+              for name, p in params.items()}
     for name, p in params.items():      # everything checked: now assign
-        p.data = backend.array_module(p._data).array(saved[name])
+        p.data = values[name]
         p.reset()
     if state is not None:
         optimizer.load_state_dict(state)
@@ -295,11 +339,18 @@ def _check_params(path, params, saved):
 
 
 def _check_topology(path, net, topology):
-    mine = [_op_name(entry[0], position) for position, entry in enumerate(net.topology)]
-    theirs = [entry["op"] for entry in topology]
-    if mine != theirs:
-        raise CheckpointError(f"load: '{path}' holds an FFN with ops {theirs}; the model has "
-                              f"{mine}")
+    def mine(net):
+        return [{"FFN": mine(entry[0])} if isinstance(entry[0], FFN)
+                else _op_name(entry[0], position, "load")
+                for position, entry in enumerate(net.topology)]
+
+    def theirs(topology):
+        return [{"FFN": theirs(entry["ffn"])} if "ffn" in entry else entry["op"]
+                for entry in topology]
+
+    if mine(net) != theirs(topology):
+        raise CheckpointError(f"load: '{path}' holds an FFN with ops {theirs(topology)}; the "
+                              f"model has {mine(net)}")
 
 
 def _optimizer_state(path, meta, source, optimizer, params):
@@ -344,16 +395,22 @@ def _rebuild(path, meta, saved, source, extra_ops):
             return tuple(decode(item) for item in value["tuple"])
         return [decode(item) for item in value["list"]]
 
-    topology = []
-    for position, entry in enumerate(meta["topology"]):
-        op = registry.get(entry["op"])
-        if op is None:
-            raise CheckpointError(f"load: '{path}': FFN topology entry {position} uses op "
-                                  f"'{entry['op']}', which is not registered; pass "
-                                  f"ops={{'{entry['op']}': YourOp}}")
-        try:
-            topology.append((op, *[decode(value) for value in entry["args"]]))
-        except (KeyError, TypeError) as error:
-            raise CheckpointError(f"load: '{path}' is corrupted: FFN topology entry "
-                                  f"{position}: {error!r}") from None
-    return FFN(*topology)
+    def build(entries):
+        topology = []
+        for position, entry in enumerate(entries):
+            if "ffn" in entry:
+                topology.append((build(entry["ffn"]),))
+                continue
+            op = registry.get(entry["op"])
+            if op is None:
+                raise CheckpointError(f"load: '{path}': FFN topology entry {position} uses op "
+                                      f"'{entry['op']}', which is not registered; pass "
+                                      f"ops={{'{entry['op']}': YourOp}}")
+            try:
+                topology.append((op, *[decode(value) for value in entry["args"]]))
+            except (KeyError, TypeError) as error:
+                raise CheckpointError(f"load: '{path}' is corrupted: FFN topology entry "
+                                      f"{position}: {error!r}") from None
+        return FFN(*topology)
+
+    return build(meta["topology"])

@@ -1,4 +1,5 @@
 """save/load: round trips, exact resumption, and refusal of bad files without side effects."""
+import json
 import os
 import subprocess
 import sys
@@ -274,3 +275,107 @@ def test_optimizer_groups_and_options_round_trip(path):
     nn.load(path, again, optimizer=resumed)
     assert resumed.lr == 0.005 and resumed.param_groups[1]["weight_decay"] == 0.0
     assert resumed.state[1]["t"] == 2 and isinstance(resumed.state[1]["t"], int)
+
+
+# ---------------------------------------------------------------- composed networks, refusals
+
+def _composed(seed=0):
+    nn.seed(seed)
+    encoder = nn.FFN((nn.Multiply, nn.glorot(4, 8)), (nn.Add, nn.zeros(8)), (nn.Tanh,))
+    decoder = nn.FFN((nn.Multiply, nn.glorot(8, 3)), (nn.Add, nn.zeros(3)))
+    return nn.FFN((encoder,), (nn.LReLU, 0.1), (decoder,))
+
+
+def test_a_composed_ffn_round_trips_with_its_optimizer(path):
+    net, reference = _composed(0), _composed(0)
+    opt, reference_opt = nn.Adam(net.vars, lr=0.01), nn.Adam(reference.vars, lr=0.01)
+    _train(reference, reference_opt, 6)
+    _train(net, opt, 3)
+    nn.save(path, net, optimizer=opt)
+
+    rebuilt = nn.load(path).model
+    assert isinstance(rebuilt.topology[0][0], nn.FFN) and len(rebuilt.vars) == 4
+    x = nn.NetVar(_data()[0], requires_grad=False)
+    np.testing.assert_array_equal(rebuilt(x).data, net(x).data)
+
+    resumed = _composed(7)
+    resumed_opt = nn.Adam(resumed.vars, lr=0.5)
+    nn.load(path, resumed, optimizer=resumed_opt)
+    _train(resumed, resumed_opt, 3, start=3)
+    for a, b in zip(resumed.vars, reference.vars):
+        np.testing.assert_array_equal(a.data, b.data)
+
+
+def test_a_composed_ffn_of_another_layout_is_refused_and_left_unchanged(path):
+    nn.save(path, _composed(0))
+    flat = _net(1)                       # the same ops and shapes, not nested
+    before = _snapshot(flat.vars)
+    with pytest.raises(nn.CheckpointError, match="does not match the model"):
+        nn.load(path, flat)
+    _assert_unchanged(flat.vars, before)
+    other = _composed(2)
+    other.topology[0][0].topology[2] = (nn.ReLU,)
+    before = _snapshot(other.vars)
+    with pytest.raises(nn.CheckpointError, match=r"holds an FFN with ops \[\{'FFN': "
+                                                 r"\['Multiply', 'Add', 'Tanh'\]\}"):
+        nn.load(path, other)
+    _assert_unchanged(other.vars, before)
+
+
+def test_shared_weights_are_saved_once_and_stay_shared(path):
+    w = nn.glorot(3, 3)
+    block = nn.FFN((nn.Multiply, w), (nn.Tanh,))
+    net = nn.FFN((block,), (nn.Multiply, w), (block,))
+    nn.save(path, net)
+    with np.load(path) as archive:
+        assert len([key for key in archive.files if key != "__nnkit__"]) == 1
+    rebuilt = nn.load(path).model
+    assert len(rebuilt.vars) == 1
+    assert rebuilt.topology[1][1] is rebuilt.topology[0][0].topology[0][1]
+    x = nn.NetVar(np.ones((2, 3)), requires_grad=False)
+    np.testing.assert_array_equal(rebuilt(x).data, net(x).data)
+
+
+def test_a_refused_save_leaves_the_previous_file_as_it_was(path):
+    net = _net()
+    opt = nn.Adam(net.vars)
+    nn.save(path, net, optimizer=opt, extra={"epoch": 1})
+    original = open(path, "rb").read()
+    with pytest.raises(TypeError, match="save: extra .* not JSON-able"):
+        nn.save(path, _net(3), extra={"callback": print})
+    with pytest.raises(TypeError, match=r"save: extra\['by_class'\] has the key 1 \(int\)"):
+        nn.save(path, _net(3), extra={"by_class": {1: 0.5}})
+    with pytest.raises(ValueError, match=r"save: the optimizer updates parameter 4 \(NetVar "
+                                         r".*\), which is not in the model"):
+        nn.save(path, net, optimizer=nn.Adam(net.vars + [nn.NetVar(np.ones((1, 2)))]))
+    with pytest.raises(TypeError, match="save: FFN topology entry 1 uses SequenceModel"):
+        nn.save(path, nn.FFN((nn.ReLU,), (nn.SequenceModel(4, 5, 3),)))
+    assert open(path, "rb").read() == original
+    assert os.listdir(os.path.dirname(path)) == ["model.npz"]
+
+
+def test_numpy_numbers_in_extra_are_saved_as_numbers(path):
+    nn.save(path, _net(), extra={"loss": np.float32(0.25), "epoch": np.int64(3)})
+    assert nn.load(path).extra == {"loss": 0.25, "epoch": 3}
+
+
+def test_a_checkpoint_with_an_optimizer_option_out_of_range_changes_nothing(path, tmp_path):
+    net = _net()
+    opt = nn.Adam(net.vars)
+    _train(net, opt, 1)
+    nn.save(path, net, optimizer=opt)
+    with np.load(path) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    meta = json.loads(bytes(arrays["__nnkit__"]).decode())
+    meta["optimizer"]["options"]["momentum"] = 1.5
+    arrays["__nnkit__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    edited = str(tmp_path / "edited.npz")
+    np.savez(edited, **arrays)
+    target = _net(4)
+    target_opt = nn.Adam(target.vars, lr=0.3)
+    before = _snapshot(target.vars)
+    with pytest.raises(nn.CheckpointError, match=r"Adam.load_state_dict: momentum must be in "
+                                                 r"\[0, 1\), got 1.5"):
+        nn.load(edited, target, optimizer=target_opt)
+    _assert_unchanged(target.vars, before)
+    assert target_opt.lr == 0.3 and target_opt.state == [{}] * 4

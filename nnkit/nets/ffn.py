@@ -20,6 +20,18 @@ class FFN:
         net = FFN((Multiply, rand2(2, 3)), (Add, rand2(3)), (ReLU,))
         net.topology.append((CELoss, target))   # train against a loss ...
         net.topology.pop()                     # ... and remove it afterwards
+
+    An entry may also be ``(other_ffn,)`` (networks compose: ``FFN((encoder,), (decoder,))``),
+    another model with ``vars`` such as a ``SequenceModel``, or ``(function, *args)`` for a
+    function of a node that returns a node. ``vars`` includes the parameters of the FFNs and
+    models inside, each parameter once, in topology order (shared weights are listed once).
+
+    Errors: an entry that is not a tuple starting with a NetOp class, an FFN or a callable
+    (e.g. ``(int,)`` or ``(3,)``), and an FFN entry with arguments, raise TypeError when the
+    network is built or called; an op's own error is re-raised naming the entry. ``vars``
+    raises ValueError for an FFN that contains itself and for an argument that needs a
+    gradient but is computed by an op (``w * 2``: its value is fixed when the FFN is built, so
+    training ``w`` would not change it).
     """
 
     def __init__(self, *topology):
@@ -34,9 +46,12 @@ class FFN:
             raise TypeError(f"FFN: topology entry {position} ({entry!r}) is not an "
                             "(OpClass, *args) tuple")
         op = entry[0]
-        if not (isinstance(op, type) and issubclass(op, NetOp)) and not callable(op):
+        if isinstance(op, type) and not issubclass(op, NetOp) or not callable(op):
             raise TypeError(f"FFN: topology entry {position} starts with {op!r}, which is not an "
-                            "op class")
+                            "op class (a NetOp subclass), an FFN or a function")
+        if isinstance(op, FFN) and len(entry) > 1:
+            raise TypeError(f"FFN: topology entry {position} (an FFN) takes no arguments, got "
+                            f"{len(entry) - 1}")
 
     def __call__(self, x):
         """Run every entry in order on ``x`` and return the last node."""
@@ -44,11 +59,16 @@ class FFN:
         for position, entry in enumerate(self.topology):
             self._check(position, entry)
             op, *args = entry
+            if op is self:
+                raise ValueError(f"FFN: topology entry {position} contains the network itself")
             try:
                 node = op(node, *args)
             except (TypeError, ValueError) as error:
-                name = getattr(op, "__name__", repr(op))
-                raise type(error)(f"FFN: topology entry {position} ({name}): {error}") from None
+                raise type(error)(f"FFN: topology entry {position} ({_label(op)}): "
+                                  f"{error}") from None
+            if not isinstance(node, NetVar):
+                raise TypeError(f"FFN: topology entry {position} ({_label(op)}) returned a "
+                                f"{type(node).__name__}, not a NetVar")
         self.output = node
         return node
 
@@ -64,8 +84,9 @@ class FFN:
 
         Every NetVar in the topology (parameters, constants, Loss targets) moves in place, so
         an optimizer over ``net.vars`` keeps working (its state follows at the next step);
-        plain arrays in the topology are replaced by device copies, and BatchNorm running
-        statistics move with them. Raises RuntimeError when CuPy with a GPU is not available.
+        plain arrays in the topology are replaced by device copies, BatchNorm running
+        statistics move with them, and the FFNs and models inside move too. Raises
+        RuntimeError when CuPy with a GPU is not available.
         """
         return self._move(lambda array: backend.to_gpu(array, device),
                           lambda node: node.to_gpu(device))
@@ -76,6 +97,8 @@ class FFN:
 
     def _move(self, move_array, move_node):
         def moved(value):
+            if isinstance(value, FFN):
+                return value._move(move_array, move_node)
             if isinstance(value, NetVar):
                 return move_node(value)
             if isinstance(value, BatchNormState):
@@ -86,9 +109,14 @@ class FFN:
                 return type(value)(moved(item) for item in value)
             if isinstance(value, numpy.ndarray) or hasattr(value, "__cuda_array_interface__"):
                 return move_array(value)
+            if not isinstance(value, type) and hasattr(value, "vars") and \
+                    hasattr(value, "to_cpu"):          # a model inside, e.g. a SequenceModel
+                return move_node(value)
             return value
 
-        self.topology[:] = [(entry[0], *(moved(arg) for arg in entry[1:]))
+        self._parts()       # refuses an FFN inside itself before anything moves
+        self.topology[:] = [(moved(entry[0]) if entry[0] is not self else self,
+                             *(moved(arg) for arg in entry[1:]))
                             if isinstance(entry, tuple) and entry else entry
                             for entry in self.topology]
         self.output = None      # the last graph lives on the old device
@@ -96,17 +124,46 @@ class FFN:
 
     @property
     def vars(self):
-        """The trainable parameters, in topology order, each once."""
+        """The trainable parameters, in topology order (those of the FFNs and models inside
+        included), each once."""
         params, seen = [], set()
-        for entry in self.topology:
+        for position, op, argument, value in self._parts():
+            if not isinstance(value, NetVar) or not value.requires_grad or id(value) in seen:
+                continue
+            if value.parents:
+                raise ValueError(
+                    f"FFN: topology entry {position} ({_label(op)}) argument {argument} "
+                    f"({value._describe()}) is computed by an op, so its value is fixed when "
+                    "the FFN is built and training would not change it; pass a leaf NetVar "
+                    "(or build it under no_grad() if it is a constant)")
+            seen.add(id(value))
+            params.append(value)
+        return params
+
+    def _parts(self, inside=()):
+        """(position, op, argument, value) for every argument of an op entry that is not a
+        Loss, in topology order, and for every parameter of the FFNs and models inside."""
+        inside = (*inside, self)
+        parts = []
+        for position, entry in enumerate(self.topology):
             if not isinstance(entry, tuple) or not entry:
                 continue
             op = entry[0]
-            if isinstance(op, type) and issubclass(op, Loss):
-                continue
-            for arg in entry[1:]:
-                if isinstance(arg, NetVar) and arg.requires_grad and not arg.parents \
-                        and id(arg) not in seen:
-                    seen.add(id(arg))
-                    params.append(arg)
-        return params
+            if isinstance(op, FFN):
+                if any(op is outer for outer in inside):
+                    raise ValueError(f"FFN: topology entry {position} contains the network "
+                                     "itself")
+                parts.extend(op._parts(inside))
+            elif not isinstance(op, type) and hasattr(op, "vars"):
+                parts.extend((position, op, None, p) for p in op.vars)
+            elif not (isinstance(op, type) and issubclass(op, Loss)):
+                parts.extend((position, op, argument, value)
+                             for argument, value in enumerate(entry[1:], start=1))
+        return parts
+
+
+def _label(op):
+    """How an entry's op is named in errors: the class or function name, or the model type."""
+    if isinstance(op, type) or not hasattr(op, "vars"):
+        return getattr(op, "__name__", type(op).__name__)
+    return type(op).__name__

@@ -70,3 +70,76 @@ def test_bad_topology_entries():
     net = nn.FFN((nn.Multiply, nn.NetVar(np.ones((4, 2)))))
     with pytest.raises(ValueError, match=r"topology entry 0 \(Multiply\).*\(1, 3\) by \(4, 2\)"):
         net(nn.NetVar([1.0, 2.0, 3.0]))
+
+
+# ---------------------------------------------------------------- composed networks and topology
+
+def _encoder_decoder():
+    encoder = nn.FFN((nn.Multiply, nn.rand2(2, 4, seed=1)), (nn.Add, nn.rand2(4, seed=2)),
+                     (nn.Tanh,))
+    decoder = nn.FFN((nn.Multiply, nn.rand2(4, 3, seed=3)), (nn.Add, nn.rand2(3, seed=4)))
+    return encoder, decoder
+
+
+def test_a_composed_ffn_lists_and_trains_the_parameters_of_its_parts():
+    encoder, decoder = _encoder_decoder()
+    net = nn.FFN((encoder,), (nn.ReLU,), (decoder,))
+    assert net.vars == encoder.vars + decoder.vars and len(net.vars) == 4
+    before = [p.data.copy() for p in net.vars]
+    optimizer = nn.GD(net.vars, lr=0.1, momentum=0.0)
+    x = nn.NetVar(np.array([[0.5, -1.0]]), requires_grad=False)
+    nn.SoftmaxCELoss(net(x), np.array([2])).back()
+    optimizer.step()
+    assert all(not np.array_equal(p.data, old) for p, old in zip(net.vars, before))
+    again = nn.FFN((net,), (nn.SoftMax,))       # nested twice
+    assert again.vars == net.vars
+
+
+def test_shared_parameters_are_listed_once():
+    w = nn.rand2(3, 3)
+    block = nn.FFN((nn.Multiply, w), (nn.Tanh,))
+    net = nn.FFN((block,), (nn.Multiply, w), (block,))
+    assert net.vars == [w]
+    nn.GD(net.vars)         # an optimizer accepts it: no parameter listed twice
+
+
+def test_topology_entries_that_are_not_ops_are_refused():
+    with pytest.raises(TypeError, match="topology entry 0 starts with <class 'int'>, which is "
+                                        "not an op class"):
+        nn.FFN((int,))
+    with pytest.raises(TypeError, match="topology entry 1 starts with 3"):
+        nn.FFN((nn.ReLU,), (3,))
+    with pytest.raises(TypeError, match=r"topology entry 0 starts with .*FFN'>, which is not"):
+        nn.FFN((nn.FFN,))
+    encoder, _ = _encoder_decoder()
+    with pytest.raises(TypeError, match=r"topology entry 0 \(an FFN\) takes no arguments, got 1"):
+        nn.FFN((encoder, 2))
+    with pytest.raises(TypeError, match=r"topology entry 0 \(Multiply\): .*missing"):
+        nn.FFN((nn.Multiply,))(nn.NetVar([1.0, 2.0]))
+
+
+def test_a_callable_entry_must_return_a_netvar():
+    net = nn.FFN((nn.ReLU,), (lambda node: node.data * 2,))
+    with pytest.raises(TypeError, match=r"FFN: topology entry 1 \(<lambda>\) returned a "
+                                        "ndarray, not a NetVar"):
+        net(nn.NetVar([1.0, 2.0]))
+    assert nn.FFN((nn.ReLU,), (lambda node: node * 2,))(nn.NetVar([1.0])).item() == 2.0
+
+
+def test_an_ffn_inside_itself_is_refused():
+    net = nn.FFN((nn.ReLU,))
+    net.topology.append((net,))
+    with pytest.raises(ValueError, match="FFN: topology entry 1 contains the network itself"):
+        net.vars
+    with pytest.raises(ValueError, match="FFN: topology entry 1 contains the network itself"):
+        net(nn.NetVar([1.0]))
+
+
+def test_a_computed_argument_that_needs_a_gradient_is_refused_by_vars():
+    w = nn.rand2(2, 3)
+    net = nn.FFN((nn.Multiply, w * 2.0))
+    with pytest.raises(ValueError, match=r"FFN: topology entry 0 \(Multiply\) argument 1 .* is "
+                                         "computed by an op"):
+        net.vars
+    with nn.no_grad():
+        assert nn.FFN((nn.Multiply, w * 2.0)).vars == []     # a constant: fine
