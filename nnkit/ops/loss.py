@@ -44,15 +44,19 @@ def _pair(op, p, t):
 
 
 def _check_range(op, what, data, low=-numpy.inf, high=numpy.inf, hint=""):
-    """Refuse values of ``data`` outside [low, high] (NaN passes: it shows in the loss anyway).
+    """Refuse values of ``data`` outside [low, high] (a NaN shows in the loss anyway).
 
     Reading the values back from a GPU would cost a device-to-host copy at every step, so CuPy
     data is checked only inside ``nnkit.detect_anomaly()``.
     """
-    if type(data) is not numpy.ndarray and not core._anomaly:
+    if type(data) is numpy.ndarray:         # ufunc reductions: the cheapest test on small arrays
+        smallest, largest = numpy.minimum.reduce, numpy.maximum.reduce
+    elif core._anomaly:
+        smallest, largest = backend.array_module(data).min, backend.array_module(data).max
+    else:
         return
-    bad = (data < low) | (data > high)
-    if bad.any():
+    if (low > -numpy.inf and smallest(data, None) < low) or \
+            (high < numpy.inf and largest(data, None) > high):
         xp = backend.array_module(data)
         raise ValueError(f"{op}: {what} of shape {tuple(data.shape)}: values in "
                          f"[{float(xp.nanmin(data)):.4g}, {float(xp.nanmax(data)):.4g}] lie "

@@ -184,3 +184,19 @@ def test_mse_lengths_outside_the_steps_are_refused(lengths, message, rng):
         nn.MSELoss(p, t, lengths=lengths)
     as_floats = nn.MSELoss(p, t, lengths=nn.NetVar([3, 1]))      # float32 holding integers
     assert as_floats.item() == pytest.approx(nn.MSELoss(p, t, lengths=np.array([3, 1])).item())
+
+
+class _DeviceArray(np.ndarray):
+    """Stands for a GPU array: not a numpy.ndarray by type, so reading it would cost a copy."""
+
+
+def test_value_checks_read_device_data_only_inside_detect_anomaly():
+    from nnkit.ops.loss import _check_range
+    logits = np.array([[2.0, -1.0]]).view(_DeviceArray)
+    _check_range("CELoss", "prediction", logits, 0, 1)        # the normal path reads nothing
+    with nn.detect_anomaly(), pytest.raises(ValueError, match=r"CELoss: prediction of shape "
+                                                              r"\(1, 2\): values in \[-1, 2\]"):
+        _check_range("CELoss", "prediction", logits, 0, 1)
+    with pytest.raises(ValueError, match=r"outside \[-inf, 0\]"):
+        _check_range("NLLLoss", "log-probabilities", np.array([0.5]), high=0)
+    _check_range("CELoss", "prediction", np.array([0.0, np.nan, 1.0]), 0, 1)   # NaN shows anyway
