@@ -105,7 +105,9 @@ class SoftmaxCELoss(Loss):
     Options: ``weight`` (C,) per-class weights; ``ignore_index`` drops positions whose target
     is that index (indices only); ``mask`` over the positions (N,) / (T, B) or ``lengths`` (B,)
     for time-major batches, so that only valid positions count (mᵢ = 0 elsewhere). When every
-    position is ignored the mean is 0/0 = NaN, as in PyTorch.
+    position is ignored the mean is 0/0 = NaN, as in PyTorch. Class indices must lay out the
+    positions as z does ((B, T) labels for (T, B, C) logits are refused); probability targets
+    must lie in [0, 1] (checked on CuPy inside detect_anomaly()).
     """
 
     def __init__(self, z, t, mask=None, lengths=None, weight=None, ignore_index=None):
@@ -190,8 +192,12 @@ class SigmoidCELoss(Loss):
         xp = backend.array_module(zd)
         self.w = None
         if weight is not None:
-            self.w = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
-                                dtype=zd.dtype)
+            try:
+                self.w = xp.asarray(weight.data if isinstance(weight, NetVar) else weight,
+                                    dtype=zd.dtype)
+            except (TypeError, ValueError):
+                raise TypeError(f"SigmoidCELoss: weight must be a number or an array, got "
+                                f"{type(weight).__name__}") from None
             try:
                 shape = numpy.broadcast_shapes(self.w.shape, zd.shape)
             except ValueError:

@@ -209,6 +209,9 @@ class MSELoss(Loss):
     dp = 2g · m · (p − t) / N,  dt = −dp
     ``mask`` has the leading shape of p (e.g. (T, B) for (T, B, F) data, broadcast over the
     features) or p's own shape; ``lengths`` (B,) builds the (T, B) mask of a time-major batch.
+    A mask in another layout ((B, T) for (T, B, F) data) or with values other than 0/1 is
+    refused, and so are lengths outside [0, T]. When the mask keeps nothing the mean is
+    0/0 = NaN, as in PyTorch.
     """
 
     def __init__(self, p, t, mask=None, lengths=None):

@@ -399,3 +399,10 @@ def test_class_weight_must_hold_one_entry_per_class(rng):
     expected = nn.SoftmaxCELoss(z, labels, weight=weight).item()
     for same in (nn.NetVar(weight), weight.reshape(4, 1)):
         assert nn.SoftmaxCELoss(z, labels, weight=same).item() == pytest.approx(expected)
+
+
+def test_sigmoid_ce_weight_must_be_numeric(rng):
+    z = var64(rng, 2, 3)
+    with pytest.raises(TypeError, match="SigmoidCELoss: weight must be a number or an array, "
+                                        "got str"):
+        nn.SigmoidCELoss(z, rng.random((2, 3)), weight="heavy")
