@@ -246,7 +246,7 @@ def test_conv2d_refuses_a_kernel_or_an_output_of_size_zero(rng):
     x = var64(rng, 2, 3, 6, 6)
     for shape in ((4, 3, 0, 3), (4, 3, 3, 0), (0, 3, 3, 3)):
         with pytest.raises(ValueError, match=r"Conv2D: w must be \(C_out, C_in, kh, kw\) with no "
-                                             rf"zero size, got shape \({', '.join(map(str, shape))}\)"):
+                                             r"zero size, got shape " + re.escape(str(shape))):
             nn.Conv2D(x, nn.NetVar(np.zeros(shape)))
 
 
