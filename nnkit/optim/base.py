@@ -130,20 +130,22 @@ class Optimizer:
     def _check_options(self, options, where, group=""):
         """Raise for an option value out of range (TypeError for one that is not a number)."""
         for key, value in options.items():
-            if key in self.unit_interval:
-                rule, valid = _UNIT_INTERVAL
-            elif key in _RULES:
-                rule, valid = _RULES[key]
-            else:
-                continue
-            what = "learning rate" if key == "lr" else key
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{where}: {what} must be a real number, got "
-                                f"{type(value).__name__} {value!r}{group}")
-            if not valid(value):
-                raise ValueError(f"{where}: {what} must be {rule}, got {value}{group}")
-            if value == math.inf:
-                raise ValueError(f"{where}: {what} must be finite, got {value}{group}")
+            rule = _UNIT_INTERVAL if key in self.unit_interval else _RULES.get(key)
+            if rule is not None and not (type(value) is float and rule[1](value)
+                                         and value != math.inf):
+                self._check_option(key, value, rule, where, group)
+
+    @staticmethod
+    def _check_option(key, value, rule, where, group):
+        """The full test of one option (a float passing its rule needs none; step() runs it)."""
+        what = "learning rate" if key == "lr" else key
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{where}: {what} must be a real number, got "
+                            f"{type(value).__name__} {value!r}{group}")
+        if not rule[1](value):
+            raise ValueError(f"{where}: {what} must be {rule[0]}, got {value}{group}")
+        if value == math.inf:
+            raise ValueError(f"{where}: {what} must be finite, got {value}{group}")
 
     @property
     def learnRate(self):
