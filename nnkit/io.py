@@ -257,6 +257,14 @@ def load(path, model=None, optimizer=None, ops=None):
     """
     path = os.fspath(path)
     params = None if model is None else _named_params(model, "load")
+    if ops is not None:
+        if not isinstance(ops, dict):
+            raise TypeError(f"load: ops must be a dict name -> op class, got "
+                            f"{type(ops).__name__}")
+        for name, op in ops.items():
+            if not (isinstance(op, type) and issubclass(op, NetOp)):
+                raise TypeError(f"load: ops[{name!r}] is {type(op).__name__} "
+                                f"{getattr(op, '__name__', op)}, not an op class")
     arrays, meta = _read(path)
     try:
         source = _Reader(path, arrays)

@@ -379,3 +379,12 @@ def test_a_checkpoint_with_an_optimizer_option_out_of_range_changes_nothing(path
         nn.load(edited, target, optimizer=target_opt)
     _assert_unchanged(target.vars, before)
     assert target_opt.lr == 0.3 and target_opt.state == [{}] * 4
+
+
+def test_ops_must_map_names_to_op_classes(path):
+    nn.save(path, _net())
+    for ops, message in (([nn.ReLU], "load: ops must be a dict name -> op class, got list"),
+                         ({"Cube": len}, "load: ops\\['Cube'\\] is builtin_function_or_method "
+                                         "len, not an op class")):
+        with pytest.raises(TypeError, match=message):
+            nn.load(path, ops=ops)

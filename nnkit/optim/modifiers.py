@@ -12,6 +12,12 @@ Each modifier takes ``params=``: the parameters it applies to (all of the optimi
 default). A gradient modifier returns new arrays and never edits a gradient in place. A user
 modifier is a class with ``modify_gradients(params, grads) -> grads`` (a list, ``None`` to skip
 a parameter's update) and/or ``modify_weights(params)`` (edits ``p.data`` in place).
+The list a gradient modifier returns is checked before any update: one gradient per
+parameter, each of its parameter's shape.
+
+Errors: thresholds (``limit``, ``max_norm``) must be > 0 (inf clips nothing), rates finite and
+> 0; an empty ``params`` and, when attached, a parameter the optimizer does not update are
+refused (ValueError), as is attaching the same modifier twice.
 """
 
 __all__ = ['Modifier', 'ClipValue', 'ClipGradNorm', 'L1Decay', 'L2Decay', 'Freeze', 'MaxNorm']
@@ -90,7 +96,9 @@ class ClipGradNorm(Modifier):
     g = g · max_norm / (n + 1e-6)   when n > max_norm, otherwise unchanged
     (as PyTorch's ``clip_grad_norm_``). ``last_norm`` holds n of the latest step, for logging.
     n and the factor stay on the gradients' device (g · min(1, max_norm / (n + 1e-6)), with
-    no host read in the step); reading ``last_norm`` brings n to the host.
+    no host read in the step); reading ``last_norm`` brings n to the host. ``max_norm=inf``
+    only measures n. A NaN or Inf gradient makes n and every clipped gradient NaN, as in
+    PyTorch; ``detect_anomaly()`` names the op that produced it.
     """
 
     def __init__(self, max_norm, params=None):
@@ -163,6 +171,9 @@ class MaxNorm(Modifier):
     In the (in, out) layout ``axis=0`` (the default) constrains each column, i.e. the incoming
     weights of each output unit; ``axis=1`` constrains each row. By default it applies to the
     weight matrices only: parameters with at least two rows (biases, shape (1, n), are skipped).
+    ``axis`` (an int or a tuple of ints) is checked when the modifier is made, against each of
+    ``params`` or, without them, against 2-D weights; a bad one would otherwise fail after the
+    update.
     """
 
     def __init__(self, max_norm, axis=0, params=None):

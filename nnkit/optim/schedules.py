@@ -10,6 +10,9 @@ optimizer step (after ``opt.step()``) for step-based ones such as ``LinearWarmup
 or ``CosineLR`` over the total number of updates. ``ReduceOnPlateau.step(metric)`` is called
 once per epoch with a validation metric. In the Trainer, the ``LRSchedule`` hook does this
 (``every="epoch"`` or ``every="step"``).
+
+Arguments are checked when a schedule is made: real numbers, finite (a NaN or infinite
+``gamma`` is refused), counts such as ``step_size`` whole numbers (2.5 is refused, not rounded).
 """
 
 __all__ = ['Schedule', 'StepLR', 'ExponentialLR', 'CosineLR', 'LinearWarmup', 'ReduceOnPlateau',
