@@ -20,8 +20,6 @@ from ..core import NetVar, constant
 from .activation import sigmoid
 from .loss import Loss, _check_range, _pair, _same_positions, _scalar, _upstream, _valid_mask
 
-_LOGITS_HINT = "; for logits use SoftmaxCELoss"
-
 
 class CELoss(Loss):
     """Cross-entropy of probabilities p against target distributions t.
@@ -37,7 +35,7 @@ class CELoss(Loss):
         p, t = _pair("CELoss", p, t)
         pd = p._data
         _check_range("CELoss", "prediction", pd, 0, 1,
-                     "; CELoss takes probabilities" + _LOGITS_HINT)
+                     "; CELoss takes probabilities; for logits use SoftmaxCELoss")
         _check_range("CELoss", "target", t._data, 0, 1, " (targets are probabilities)")
         xp = backend.array_module(pd)
         self.pc = xp.maximum(pd, self.eps)
