@@ -81,6 +81,25 @@ def _batch_of_scalars(m):
             for loss in (nn.L1Loss, nn.L2Loss, nn.HuberLoss)] + [True]
 
 
+def _composed_ffn(m):
+    """An autoencoder of two FFNs trains the parameters of both."""
+    encoder = nn.FFN((nn.Multiply, nn.glorot(3, 2)), (nn.Add, nn.zeros(2)), (nn.Tanh,))
+    decoder = nn.FFN((nn.Multiply, nn.glorot(2, 3)),)
+    model = nn.FFN((encoder,), (decoder,))
+    before = [p.data.copy() for p in model.vars]
+    optimizer = nn.GD(model.vars)
+    nn.L2Loss(model(m.x), m.x).back()
+    optimizer.step()
+    moved = all(not np.array_equal(p.data, old) for p, old in zip(model.vars, before))
+    return len(model.vars), len(encoder.vars) + len(decoder.vars), moved
+
+
+def _options(m, **changes):
+    state = m.opt.state_dict()
+    state["options"] = dict(state["options"], **changes)
+    return state
+
+
 def _step(m):
     def step(batch):
         x, t = batch
@@ -153,6 +172,12 @@ ROWS = [
      Refused(ValueError, r"SequenceModel\(cell='gru'\): state must be \(h,\) or h")),
     ("mean(dim=1)", lambda m: m.net(m.x).mean(dim=1),
      Refused(TypeError, r"mean\(\): nnkit spells the axis argument axis=, not dim=")),
+    ("a composed FFN", _composed_ffn, Right(lambda counts: counts == (3, 3, True))),
+    ("load_state_dict with lr NaN", lambda m: m.opt.load_state_dict(_options(m, lr=float("nan"))),
+     Refused(ValueError, r"Adam.load_state_dict: learning rate must be >= 0, got nan")),
+    ("load_state_dict with momentum 1.5",
+     lambda m: m.opt.load_state_dict(_options(m, momentum=1.5)),
+     Refused(ValueError, r"Adam.load_state_dict: .*1.5")),
     ("an optimizer of nothing", lambda m: nn.GD([]),
      Refused(ValueError, r"GD: got an empty parameter list")),
     ("a parameter listed twice", lambda m: nn.Adam(m.net.vars + m.net.vars[:1]),
