@@ -251,9 +251,11 @@ class Optimizer:
                 continue
             if not _is_array(g):
                 found = f"is a {type(g).__name__}, not an array"
-            elif type(g) is not type(data) or backend.device_of(g) != backend.device_of(data):
+            elif backend.device_of(g) != backend.device_of(data):
                 found = (f"is on {backend.device_of(g)}, the parameter on "
                          f"{backend.device_of(data)}")
+            elif type(g) is not type(data):
+                found = f"is a {type(g).__name__}, the parameter's data a {type(data).__name__}"
             elif g.shape != data.shape:
                 found = f"has shape {g.shape}; it must have the parameter's shape {data.shape}"
             else:

@@ -485,3 +485,11 @@ def test_modifier_for_a_parameter_the_optimizer_does_not_hold_is_refused():
     with pytest.raises(ValueError, match="GD.remove_modifier: .* is not attached"):
         opt.remove_modifier(nn.ClipValue(1.0))
     assert opt.modifiers == [clip]
+
+
+def test_a_gradient_of_another_array_type_is_refused():
+    opt, a, b = _trained(nn.GD)
+    a._g, b._g = np.ones((3, 2)), np.ma.masked_array(np.ones((1, 2)))
+    with pytest.raises(ValueError, match="gradient of parameter 1 .* is a MaskedArray, the "
+                                         "parameter's data a ndarray"):
+        opt.step()
