@@ -67,8 +67,10 @@ def test_bad_arguments():
 
 
 @pytest.mark.parametrize("make, error, message", [
-    (lambda o: nn.StepLR(o, -2), ValueError, r"StepLR: step_size must be in \{1, 2, 3, ...\}, got -2"),
-    (lambda o: nn.StepLR(o, 2.5), ValueError, r"StepLR: step_size must be in \{1, 2, 3, ...\}, got 2.5"),
+    (lambda o: nn.StepLR(o, -2), ValueError,
+     r"StepLR: step_size must be in \{1, 2, 3, ...\}, got -2"),
+    (lambda o: nn.StepLR(o, 2.5), ValueError,
+     r"StepLR: step_size must be in \{1, 2, 3, ...\}, got 2.5"),
     (lambda o: nn.StepLR(o, 2, gamma=float("nan")), ValueError, "StepLR: gamma must be"),
     (lambda o: nn.StepLR(o, 2, gamma=float("inf")), ValueError, "StepLR: gamma must be"),
     (lambda o: nn.StepLR(o, "2"), TypeError, "StepLR: step_size must be a real number, got str"),
@@ -76,7 +78,8 @@ def test_bad_arguments():
     (lambda o: nn.ExponentialLR(o, -0.5), ValueError, "ExponentialLR: gamma must be"),
     (lambda o: nn.CosineLR(o, 0), ValueError, "CosineLR: total must be in"),
     (lambda o: nn.CosineLR(o, 10, min_lr=float("nan")), ValueError, "CosineLR: min_lr must be"),
-    (lambda o: nn.LinearWarmup(o, 0), ValueError, r"LinearWarmup: warmup must be in \{1, 2, 3, ...\}, got 0"),
+    (lambda o: nn.LinearWarmup(o, 0), ValueError,
+     r"LinearWarmup: warmup must be in \{1, 2, 3, ...\}, got 0"),
     (lambda o: nn.LinearWarmup(o, 1.5), ValueError, "LinearWarmup: warmup must be in .*got 1.5"),
     (lambda o: nn.LinearWarmup(o, 5, start=1.5), ValueError, "LinearWarmup: start must be"),
     (lambda o: nn.LinearWarmup(o, 5, then=0.5), TypeError,
@@ -124,7 +127,8 @@ def test_a_user_schedule_with_a_bad_factor_is_refused():
 
     opt = _opt(0.3)
     schedule = Broken(opt)
-    with pytest.raises(ValueError, match="Broken: the factor of the base learning rate must be finite and >= 0, got nan"):
+    with pytest.raises(ValueError, match="Broken: the factor of the base learning rate must be "
+                                         "finite and >= 0, got nan"):
         schedule.step()
     assert opt.lr == 0.3 and schedule.t == 0
 
@@ -139,5 +143,6 @@ def test_load_state_dict_is_checked_before_anything_changes():
         with pytest.raises((ValueError, TypeError), match="ReduceOnPlateau.load_state_dict: "):
             plateau.load_state_dict({**before, **bad})
         assert plateau.state_dict() == before and plateau.optimizer.lr == 0.5
-    with pytest.raises(ValueError, match=r"StepLR.load_state_dict: t must be in \{0, 1, 2, ...\}, got nan"):
+    with pytest.raises(ValueError,
+                       match=r"StepLR.load_state_dict: t must be in \{0, 1, 2, ...\}, got nan"):
         nn.StepLR(_opt(), 2).load_state_dict({"t": float("nan")})
