@@ -397,11 +397,15 @@ class NetVar:
             self._g = mine = _owned_copy(mine, self._data)
             self._gshared = False
         # Later contributions go in place into the array this node owns, which keeps its dtype.
-        # The shape test is not left to NumPy: `+=` would spread a too-small g over the node.
-        if g.shape == mine.shape:
-            mine += g
-        else:
-            mine += _conform(g, self)
+        # `+=` raises for a g that must be summed first, but would spread a g with fewer elements
+        # over the node: comparing sizes (two ints, cheaper than two shapes) rules that out.
+        if g.size == mine.size:
+            try:
+                mine += g
+                return
+            except ValueError:
+                pass
+        mine += _conform(g, self)
 
     def _accumulate_elementwise(self, g):
         """``_accumulate(g)`` for the gradient an elementwise one-input op passes its input.
@@ -572,24 +576,10 @@ class NetVar:
 
     __hash__ = object.__hash__
 
-    # -- PyTorch's spellings, answered with nnkit's. __getattr__ runs only when the ordinary
-    # lookup fails, so this costs nothing on any path that works.
-    def __getattr__(self, name):
-        spelling = _TORCH_SPELLINGS.get(name)
-        if spelling is None:
-            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
-        raise AttributeError(f"{type(self).__name__} has no attribute '{name}': "
-                             f"nnkit spells it {spelling}")
 
-    @property
-    def grad(self):
-        return self.__getattr__("grad")
-
-    @grad.setter
-    def grad(self, value):
-        self.__getattr__("grad")
-
-
+# PyTorch's spellings, answered with nnkit's. Each is a property that raises AttributeError on
+# reading and on assignment (so hasattr() is False). Not __getattr__: a class that defines it
+# makes every attribute access of its instances slower, the engine's included.
 _TORCH_SPELLINGS = {
     "backward": "back()", "grad": ".g (assign .g = None or call reset() to clear it)",
     "zero_grad": "reset()", "zero_": "reset() for the gradient", "requires_grad_":
@@ -597,6 +587,17 @@ _TORCH_SPELLINGS = {
     "view": "reshape()", "permute": "transpose()", "dim": "ndim", "numel": "size",
     "grad_fn": "parents", "is_leaf": "not parents",
 }
+
+
+def _spelled_differently(name, spelling):
+    def refuse(self, value=None):
+        raise AttributeError(f"{type(self).__name__} has no attribute '{name}': "
+                             f"nnkit spells it {spelling}")
+    return property(refuse, refuse)
+
+
+for _name, _spelling in _TORCH_SPELLINGS.items():
+    setattr(NetVar, _name, _spelled_differently(_name, _spelling))
 
 
 # ----------------------------------------------------------------------------- NetOp
