@@ -172,9 +172,9 @@ def _conform(g, node):
         try:
             g = unbroadcast(g, shape)
         except ValueError:
-            raise ValueError(f"accumulate(): a gradient of shape {tuple(g.shape)} cannot be summed "
-                             f"back to {node._describe()}: an op's _back handed its input a "
-                             "gradient of the wrong shape") from None
+            raise ValueError(f"accumulate(): a gradient of shape {tuple(g.shape)} cannot be "
+                             f"summed back to {node._describe()}: an op's _back handed its "
+                             "input a gradient of the wrong shape") from None
     if g.dtype != node._data.dtype:
         g = g.astype(node._data.dtype)
     return g
@@ -201,7 +201,7 @@ def _gradient_from_user(value, node, where):
         value = numpy.asarray(value)
     if not (hasattr(value, "shape") and hasattr(value, "dtype")) or value.dtype.kind not in "iuf":
         kind = getattr(value, "dtype", type(value).__name__)
-        raise TypeError(f"{where}: assign a number, None or a float array of shape "
+        raise TypeError(f"{where}: assign a number, None or an array of shape "
                         f"{tuple(data.shape)}, not {kind}")
     backend.check_same_device(where, data, value)
     if value.shape != data.shape:
@@ -346,16 +346,16 @@ class NetVar:
 
     @property
     def g(self):
-        """The gradient: an array of this node's shape and dtype, zeros until ``back()`` reaches it.
+        """The gradient: an array of this node's shape and dtype, zeros until back() reaches it.
 
-        Assigning works as a PyTorch user expects: ``p.g = 0`` (any number) fills it, ``p.g = None``
-        resets it, an array of the node's shape is taken (converted to the node's dtype); any other
+        Assigning works as a PyTorch user expects: ``p.g = 0`` (any number) fills it, ``p.g =
+        None`` resets it, an array of the node's shape is taken (in the node's dtype); any other
         shape, a non-numeric value or an array on another device is refused at the assignment.
         """
         if self._g is None:
             self._g = backend.array_module(self._data).zeros_like(self._data)
             self._gshared = False
-        elif self._gshared:       # the array may be another node's gradient: copy before a user edits it
+        elif self._gshared:       # maybe another node's gradient: copy before a user edits it
             self._g = _owned_copy(self._g, self._data)
             self._gshared = False
         return self._g
@@ -367,7 +367,8 @@ class NetVar:
         elif value is None:
             self.reset()
         else:                             # kept as shared: the caller's array is never edited
-            self._g, self._gshared = _gradient_from_user(value, self, f".g of {self._describe()}"), True
+            self._g = _gradient_from_user(value, self, f".g of {self._describe()}")
+            self._gshared = True
 
     def accumulate(self, g):
         """Add the contribution ``g`` to this node's gradient.
@@ -512,9 +513,9 @@ class NetVar:
         if not isinstance(self._data, (_ndarray, numpy.generic)):
             raise TypeError(f"numpy.asarray(): {self._describe()} lives on {self.device}; "
                             "bring it to the host with .numpy() first")
-        if copy:
-            return numpy.array(self._data, dtype=dtype, copy=True)
-        return numpy.asarray(self._data, dtype=dtype)
+        if copy is None:          # NumPy 1 passes no copy argument; NumPy 2's default
+            return numpy.asarray(self._data, dtype=dtype)
+        return numpy.array(self._data, dtype=dtype, copy=copy)
 
     def numpy(self):
         """The value as a NumPy array (copied from the GPU when it lives there)."""
