@@ -35,32 +35,22 @@ __all__ = ['rand2', 'gaussian', 'uniform', 'glorot', 'glorot_uniform', 'glorot_n
            'he_normal', 'he_uniform', 'lecun_normal', 'lecun_uniform', 'orthogonal', 'identity',
            'zeros']
 import math
-import numbers
 
 import numpy
 
-from . import backend
+from . import backend, checks
 from .core import NetVar, get_dtype
 
 
 def _shape(shape, owner):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in shape):
+    if not all(checks.is_integer(n) for n in shape):
         raise TypeError(f"{owner}: shape must be positive integers, got {shape}")
     shape = tuple(int(n) for n in shape)
     if not shape or any(n <= 0 for n in shape):
         raise ValueError(f"{owner}: shape must be positive integers, got {shape}")
     return shape
-
-
-def _finite(owner, name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {name} must be a number, got {type(value).__name__} "
-                        f"{value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}: {name} must be finite, got {value}")
-    return value
 
 
 def _fans(shape):
@@ -93,15 +83,14 @@ def rand2(*shape, seed=None):
 
 def gaussian(*shape, std=0.01, mean=0.0, seed=None):
     """Normal N(mean, std²)."""
-    if not _finite("gaussian", "std", std) >= 0:
-        raise ValueError(f"gaussian: std must be >= 0, got {std}")
-    _finite("gaussian", "mean", mean)
+    checks.in_range("gaussian", "std", std, 0)
+    checks.in_range("gaussian", "mean", mean)
     return _normal(_shape(shape, "gaussian"), std, seed, "gaussian", mean)
 
 
 def uniform(*shape, low=-0.05, high=0.05, seed=None):
     """Uniform U(low, high)."""
-    if not _finite("uniform", "low", low) <= _finite("uniform", "high", high):
+    if not checks.in_range("uniform", "low", low) <= checks.in_range("uniform", "high", high):
         raise ValueError(f"uniform: low must be <= high, got {low} > {high}")
     generator = backend.as_generator(seed, "uniform")
     return _param(generator.uniform(low, high, _shape(shape, "uniform")))
@@ -154,7 +143,7 @@ def orthogonal(*shape, gain=1.0, seed=None):
     it is uniformly distributed. The shape is viewed as (shape[0], ∏ shape[1:]); its rows are
     orthonormal when shape[0] ≤ ∏ shape[1:], else its columns are."""
     shape = _shape(shape, "orthogonal")
-    _finite("orthogonal", "gain", gain)
+    checks.in_range("orthogonal", "gain", gain)
     rows, cols = shape[0], math.prod(shape[1:])
     generator = backend.as_generator(seed, "orthogonal")
     a = generator.standard_normal((max(rows, cols), min(rows, cols)))
@@ -170,7 +159,7 @@ def identity(*shape, gain=1.0, seed=None):
     elsewhere (a residual or recurrent weight that starts as the identity map). ``seed`` is
     accepted for a uniform signature and unused."""
     shape = _shape(shape, "identity")
-    _finite("identity", "gain", gain)
+    checks.in_range("identity", "gain", gain)
     backend.as_generator(seed, "identity")
     if len(shape) != 2:
         raise ValueError(f"identity: needs a 2-D shape, got {shape}")

@@ -7,34 +7,12 @@ Each dx has x's shape and x needs it (the op's only input), so it goes in with
 
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
            'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
-import math
-import numbers
-
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar, _link
 
 _ndarray = numpy.ndarray
-
-
-def _number(op, name, value):
-    """``value`` as a float; a TypeError naming the op and argument when it is not a real number.
-
-    Strings, booleans, arrays and None are refused rather than converted.
-    """
-    if type(value) is not float and (isinstance(value, bool)
-                                     or not isinstance(value, numbers.Real)):
-        raise TypeError(f"{op}: {name} must be a number, got {type(value).__name__}")
-    return float(value)
-
-
-def _finite_number(op, name, value):
-    """``value`` as a float; an error naming the op and argument when it is not a finite number."""
-    value = _number(op, name, value)
-    if not math.isfinite(value):
-        raise ValueError(f"{op}: {name} must be finite, got {value}")
-    return value
 
 
 def _row_max(op, x):
@@ -76,7 +54,7 @@ class LReLU(NetOp):
     __slots__ = ("s",)
 
     def __init__(self, x, s=0.01):
-        self.s = s = _finite_number("LReLU", "the slope s", s)
+        self.s = s = checks.in_range("LReLU", "the slope s", s)
         xp = backend.array_module(x._data)
         super().__init__(xp.where(x._data > 0, x._data, x._data * s), x)
 
@@ -178,7 +156,7 @@ class ELU(NetOp):
 
     def __init__(self, x, alpha=1.0):
         xp = backend.array_module(x._data)
-        self.alpha = alpha = _finite_number("ELU", "alpha", alpha)
+        self.alpha = alpha = checks.in_range("ELU", "alpha", alpha)
         negative = alpha * xp.expm1(xp.minimum(x._data, 0))     # no overflow for large x
         super().__init__(self.scale * xp.where(x._data > 0, x._data, negative), x)
 
@@ -266,7 +244,7 @@ class HardTanh(NetOp):
     """
 
     def __init__(self, x, lo=-1.0, hi=1.0):
-        lo, hi = _number("HardTanh", "lo", lo), _number("HardTanh", "hi", hi)
+        lo, hi = checks.number("HardTanh", "lo", lo), checks.number("HardTanh", "hi", hi)
         if not lo < hi:
             raise ValueError(f"HardTanh: lo ({lo:g}) must be below hi ({hi:g})")
         self.lo, self.hi = lo, hi

@@ -13,9 +13,8 @@ a NetVar that requires one. Empty inputs are refused (a mean over no values has 
 __all__ = ['Loss', 'L1Loss', 'L2Loss', 'HuberLoss', 'MSELoss', 'sequence_mask']
 import numpy
 
-from .. import backend, core
+from .. import backend, checks, core
 from ..core import NetOp, NetVar, constant
-from .activation import _finite_number
 
 
 class Loss(NetOp):
@@ -133,9 +132,7 @@ class HuberLoss(Loss):
     """
 
     def __init__(self, p, t, d=1.0):
-        d = _finite_number("HuberLoss", "the threshold d", d)
-        if not d > 0:
-            raise ValueError(f"HuberLoss: the threshold d must be positive, got {d:g}")
+        d = checks.in_range("HuberLoss", "the threshold d", d, 0, low_open=True)
         p, t = _pair("HuberLoss", p, t)
         xp = backend.array_module(p._data)
         self.d = d

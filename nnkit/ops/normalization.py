@@ -9,21 +9,8 @@ below run over the normalised axes, n values each.
 __all__ = ['BatchNorm', 'BatchNormState', 'LayerNorm']
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar, get_dtype, is_training
-from .activation import _number
-
-
-def _check_eps(owner, name, eps):
-    eps = _number(owner, name, eps)
-    if not 0 < eps < numpy.inf:
-        raise ValueError(f"{owner}: {name} must be positive and finite, got {eps:g}")
-
-
-def _check_momentum(owner, name, momentum):
-    momentum = _number(owner, name, momentum)
-    if not 0 <= momentum <= 1:
-        raise ValueError(f"{owner}: {name} must be in [0, 1], got {momentum:g}")
 
 
 class BatchNormState:
@@ -38,11 +25,10 @@ class BatchNormState:
     """
 
     def __init__(self, features, momentum=0.1, eps=1e-5):
-        if not (isinstance(features, (int, numpy.integer)) and not isinstance(features, bool)
-                and features > 0):
+        if not (checks.is_integer(features) and features > 0):
             raise ValueError(f"BatchNormState: features must be a positive int, got {features!r}")
-        _check_momentum("BatchNormState", "momentum", momentum)
-        _check_eps("BatchNormState", "eps", eps)
+        checks.in_range("BatchNormState", "momentum", momentum, 0, 1)
+        checks.in_range("BatchNormState", "eps", eps, 0, low_open=True)
         self.features = int(features)
         self.momentum = momentum
         self.eps = eps
@@ -162,8 +148,8 @@ class BatchNorm(_Normalization):
             raise ValueError(f"BatchNorm: x of shape {tuple(x.shape)} needs (B, {F}"
                              f", ...) for a state of {F} features")
         self._check_parameters(x, gamma, beta)
-        _check_momentum("BatchNorm", "state.momentum", state.momentum)
-        _check_eps("BatchNorm", "state.eps", state.eps)
+        checks.in_range("BatchNorm", "state.momentum", state.momentum, 0, 1)
+        checks.in_range("BatchNorm", "state.eps", state.eps, 0, low_open=True)
         for name in ("running_mean", "running_var"):
             shape = numpy.shape(getattr(state, name))
             if shape != (F,):
@@ -201,7 +187,7 @@ class LayerNorm(_Normalization):
     stat_axes = (-1,)
 
     def __init__(self, x, gamma=None, beta=None, eps=1e-5):
-        _check_eps("LayerNorm", "eps", eps)
+        checks.in_range("LayerNorm", "eps", eps, 0, low_open=True)
         xd = x._data
         if xd.ndim < 1 or xd.shape[-1] < 1:
             raise ValueError(f"LayerNorm: x of shape {tuple(x.shape)} has no last axis to "

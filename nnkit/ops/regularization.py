@@ -6,11 +6,8 @@ Notation: input x, output y, upstream gradient g.
 """
 
 __all__ = ['Dropout', 'L2Reg']
-import numpy
-
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar, is_training
-from .activation import _finite_number, _number
 
 
 class Dropout(NetOp):
@@ -23,9 +20,7 @@ class Dropout(NetOp):
     """
 
     def __init__(self, x, p=0.5):
-        p = _number("Dropout", "p", p)
-        if not 0 <= p < 1:
-            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        p = checks.in_range("Dropout", "p", p, 0, 1, high_open=True)
         self.mask = None
         y = x._data
         if p > 0 and is_training():
@@ -63,11 +58,8 @@ class L2Reg(NetOp):
                             f"{type(params).__name__}") from None
         if not all(isinstance(w, NetVar) for w in params):
             raise TypeError("L2Reg: params must be a list of NetVars")
-        r = _finite_number("L2Reg", "the rate r", r)
-        if not r >= 0:
-            raise ValueError(f"L2Reg: the rate r must be non-negative, got {r}")
-        if not (isinstance(batch_size, (int, numpy.integer)) and not isinstance(batch_size, bool)
-                and batch_size > 0):
+        r = checks.in_range("L2Reg", "the rate r", r, 0)
+        if not (checks.is_integer(batch_size) and batch_size > 0):
             raise ValueError(f"L2Reg: batch_size must be a positive int, got {batch_size!r}")
         self.scale = r / batch_size
         # Σ‖W‖² stays on the data's device: a float() here would read it back at every step.

@@ -2,11 +2,10 @@
 
 __all__ = ['Optimizer']
 import math
-import numbers
 
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetVar
 
 _ndarray = numpy.ndarray
@@ -125,27 +124,19 @@ class Optimizer:
         if unknown:
             raise ValueError(f"{where}: unknown option(s) {unknown} in parameter group "
                              f"{index}; options are {list(self.options)}")
-        self._check_options(overrides, where, f" (parameter group {index})")
+        self._check_options(overrides, where, f" in parameter group {index}")
 
     def _check_options(self, options, where, group=""):
-        """Raise for an option value out of range (TypeError for one that is not a number)."""
+        """Raise for an option value out of range (TypeError for one that is not a number).
+
+        step() runs this for every option: a float passing its rule's test needs no more, and
+        only another value goes on to the full check (``checks.in_range``)."""
         for key, value in options.items():
             rule = _UNIT_INTERVAL if key in self.unit_interval else _RULES.get(key)
-            if rule is not None and not (type(value) is float and rule[1](value)
+            if rule is not None and not (type(value) is float and rule[0](value)
                                          and value != math.inf):
-                self._check_option(key, value, rule, where, group)
-
-    @staticmethod
-    def _check_option(key, value, rule, where, group):
-        """The full test of one option (a float passing its rule needs none; step() runs it)."""
-        what = "learning rate" if key == "lr" else key
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{where}: {what} must be a real number, got "
-                            f"{type(value).__name__} {value!r}{group}")
-        if not rule[1](value):
-            raise ValueError(f"{where}: {what} must be {rule[0]}, got {value}{group}")
-        if value == math.inf:
-            raise ValueError(f"{where}: {what} must be finite, got {value}{group}")
+                what = "learning rate" if key == "lr" else key
+                checks.in_range(where, what + group, value, **rule[1])
 
     @property
     def learnRate(self):
@@ -355,8 +346,7 @@ class Optimizer:
                                  f"{sorted(state)}, expected {expected} (or none)")
             for key, value in state.items():
                 if key in self.state_counts:
-                    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-                            or value < 1:
+                    if not (checks.is_integer(value) and value >= 1):
                         raise ValueError(f"{where}: state '{key}' of parameter {position} must "
                                          f"be an int >= 1, got {value!r}")
                 elif _is_array(value):
@@ -372,12 +362,12 @@ class Optimizer:
                                      f"an array, got {type(value).__name__}")
 
 
-_RULES = {      # option -> (the rule in words, the test); NaN fails every test, inf is refused
-    "lr": (">= 0", lambda value: value >= 0),
-    "eps": ("> 0", lambda value: value > 0),
-    "weight_decay": (">= 0", lambda value: value >= 0),
+_RULES = {      # option -> (the fast test, the same rule as checks.in_range's bounds)
+    "lr": (lambda value: value >= 0, {"low": 0}),
+    "eps": (lambda value: value > 0, {"low": 0, "low_open": True}),
+    "weight_decay": (lambda value: value >= 0, {"low": 0}),
 }
-_UNIT_INTERVAL = ("in [0, 1)", lambda value: 0 <= value < 1)
+_UNIT_INTERVAL = (lambda value: 0 <= value < 1, {"low": 0, "high": 1, "high_open": True})
 
 
 def _follow(p, state):

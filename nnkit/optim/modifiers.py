@@ -22,10 +22,7 @@ refused (ValueError), as is attaching the same modifier twice.
 
 __all__ = ['Modifier', 'ClipValue', 'ClipGradNorm', 'L1Decay', 'L2Decay', 'Freeze', 'MaxNorm']
 
-import math
-import numbers
-
-from .. import backend
+from .. import backend, checks
 from ..core import NetVar
 
 
@@ -64,24 +61,12 @@ class Modifier:
         return f"{type(self).__name__}({fields})"
 
 
-def _positive(owner, name, value, finite=False):
-    """``value``, checked to be a real number > 0 (and finite when ``finite``): a threshold may
-    be inf (clip nothing), a rate may not."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__} "
-                        f"{value!r}")
-    if not (0 < value < math.inf if finite else value > 0):
-        raise ValueError(f"{owner}: {name} must be {'finite and ' if finite else ''}> 0, "
-                         f"got {value}")
-    return value
-
-
 class ClipValue(Modifier):
     """Clip every gradient element into [−limit, limit]:  g = min(max(g, −limit), limit)."""
 
     def __init__(self, limit, params=None):
         super().__init__(params)
-        self.limit = _positive("ClipValue", "limit", limit)
+        self.limit = checks.in_range("ClipValue", "limit", limit, 0, low_open=True, finite=False)
 
     def modify_gradients(self, params, grads):
         return [backend.array_module(g).clip(g, -self.limit, self.limit)
@@ -103,7 +88,8 @@ class ClipGradNorm(Modifier):
 
     def __init__(self, max_norm, params=None):
         super().__init__(params)
-        self.max_norm = _positive("ClipGradNorm", "max_norm", max_norm)
+        self.max_norm = checks.in_range("ClipGradNorm", "max_norm", max_norm, 0,
+                                        low_open=True, finite=False)
         self._norm = None
 
     @property
@@ -134,7 +120,7 @@ class L2Decay(Modifier):
 
     def __init__(self, rate, params=None):
         super().__init__(params)
-        self.rate = _positive("L2Decay", "rate", rate, finite=True)
+        self.rate = checks.in_range("L2Decay", "rate", rate, 0, low_open=True)
 
     def modify_gradients(self, params, grads):
         return [g + self.rate * p._data if g is not None and self.applies(p) else g
@@ -146,7 +132,7 @@ class L1Decay(Modifier):
 
     def __init__(self, rate, params=None):
         super().__init__(params)
-        self.rate = _positive("L1Decay", "rate", rate, finite=True)
+        self.rate = checks.in_range("L1Decay", "rate", rate, 0, low_open=True)
 
     def modify_gradients(self, params, grads):
         return [g + self.rate * backend.array_module(p._data).sign(p._data)
@@ -178,9 +164,10 @@ class MaxNorm(Modifier):
 
     def __init__(self, max_norm, axis=0, params=None):
         super().__init__(params)
-        self.max_norm = _positive("MaxNorm", "max_norm", max_norm)
+        self.max_norm = checks.in_range("MaxNorm", "max_norm", max_norm, 0, low_open=True,
+                                        finite=False)
         axes = axis if isinstance(axis, tuple) else (axis,)
-        if not all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in axes):
+        if not all(checks.is_integer(a) for a in axes):
             raise TypeError(f"MaxNorm: axis must be an int or a tuple of ints, got {axis!r}")
         # Checked here, not in the step, where the weights are already updated: without params,
         # against 2-D (every weight has at least two dimensions).

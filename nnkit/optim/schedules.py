@@ -12,13 +12,14 @@ once per epoch with a validation metric. In the Trainer, the ``LRSchedule`` hook
 (``every="epoch"`` or ``every="step"``).
 
 Arguments are checked when a schedule is made: real numbers, finite (a NaN or infinite
-``gamma`` is refused), counts such as ``step_size`` whole numbers (2.5 is refused, not rounded).
+``gamma`` is refused), counts such as ``step_size`` ints (2.5 is refused, not rounded).
 """
 
 __all__ = ['Schedule', 'StepLR', 'ExponentialLR', 'CosineLR', 'LinearWarmup', 'ReduceOnPlateau',
            'Best']
 import math
-import numbers
+
+from .. import checks
 
 
 class Best:
@@ -34,7 +35,7 @@ class Best:
             raise ValueError(f"{owner}: mode must be 'min' or 'max', got {mode!r}")
         self.owner = owner
         self.mode = mode
-        self.min_delta = _check(owner, "min_delta", min_delta, 0)
+        self.min_delta = checks.in_range(owner, "min_delta", min_delta, 0)
         self.best = None
         self.bad = 0          # updates since the last improvement
 
@@ -60,12 +61,9 @@ class Best:
 
     def check_state_dict(self, state, where):
         """Raise for a saved best that is not None or a finite number, or a bad count < 0."""
-        best = state["best"]
-        if best is not None and (isinstance(best, bool) or not isinstance(best, numbers.Real)):
-            raise TypeError(f"{where}: best must be None or a number, got {best!r}")
-        if best is not None and not math.isfinite(best):
-            raise ValueError(f"{where}: best must be finite, got {best}")
-        _count(where, "bad", state["bad"], 0)
+        if state["best"] is not None:
+            checks.in_range(where, "best", state["best"])
+        checks.count(where, "bad", state["bad"])
 
     def load_state_dict(self, state):
         self.check_state_dict(state, f"{self.owner}.load_state_dict")
@@ -83,33 +81,6 @@ def _metric(where, value):
         return float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{where}: metric must be a number, got {type(value).__name__}") from None
-
-
-def _check(owner, name, value, low, high=math.inf, high_open=False):
-    """``value``, a finite real number in [low, high] ([low, high) with ``high_open``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__} "
-                        f"{value!r}")
-    if high == math.inf:
-        if not value >= low:
-            raise ValueError(f"{owner}: {name} must be >= {low}, got {value}")
-        if value == math.inf:
-            raise ValueError(f"{owner}: {name} must be finite, got {value}")
-    elif not (low <= value < high if high_open else low <= value <= high):
-        interval = f"[{low}, {high})" if high_open else f"[{low}, {high}]"
-        raise ValueError(f"{owner}: {name} must be in {interval}, got {value}")
-    return value
-
-
-def _count(owner, name, value, low):
-    """``value``, an integer >= ``low`` (2.5 is refused, not rounded down)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {name} must be a real number, got {type(value).__name__} "
-                        f"{value!r}")
-    if not (math.isfinite(value) and value >= low and value == int(value)):
-        raise ValueError(f"{owner}: {name} must be in {{{low}, {low + 1}, {low + 2}, ...}}, "
-                         f"got {value}")
-    return int(value)
 
 
 class Schedule:
@@ -154,8 +125,7 @@ class Schedule:
     def set_factor(self, factor):
         """Set every learning rate to its base times ``factor`` (finite and >= 0)."""
         self._check_groups()
-        if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or \
-                not 0 <= factor < math.inf:
+        if not (checks.is_number(factor) and 0 <= factor < math.inf):
             raise ValueError(f"{type(self).__name__}: the factor of the base learning rate "
                              f"must be finite and >= 0, got {factor}")
         self.optimizer.lr = self.base * factor
@@ -178,7 +148,7 @@ class Schedule:
         return where
 
     def load_state_dict(self, state):
-        t = _count(self._saved(state, "t"), "t", state["t"], 0)
+        t = checks.count(self._saved(state, "t"), "t", state["t"])
         self.set_factor(self.factor(t))
         self.t = t
 
@@ -187,8 +157,8 @@ class StepLR(Schedule):
     """lr = base · γ^⌊t / step_size⌋: multiply by ``gamma`` every ``step_size`` calls."""
 
     def __init__(self, optimizer, step_size, gamma=0.1):
-        self.step_size = _count("StepLR", "step_size", step_size, 1)
-        self.gamma = _check("StepLR", "gamma", gamma, 0)
+        self.step_size = checks.count("StepLR", "step_size", step_size, 1)
+        self.gamma = checks.in_range("StepLR", "gamma", gamma, 0)
         super().__init__(optimizer)
 
     def factor(self, t):
@@ -199,7 +169,7 @@ class ExponentialLR(Schedule):
     """lr = base · γ^t."""
 
     def __init__(self, optimizer, gamma):
-        self.gamma = _check("ExponentialLR", "gamma", gamma, 0)
+        self.gamma = checks.in_range("ExponentialLR", "gamma", gamma, 0)
         super().__init__(optimizer)
 
     def factor(self, t):
@@ -214,8 +184,8 @@ class CosineLR(Schedule):
     """
 
     def __init__(self, optimizer, total, min_lr=0.0):
-        self.total = _count("CosineLR", "total", total, 1)
-        self.min_lr = _check("CosineLR", "min_lr", min_lr, 0)
+        self.total = checks.count("CosineLR", "total", total, 1)
+        self.min_lr = checks.in_range("CosineLR", "min_lr", min_lr, 0)
         super().__init__(optimizer)
 
     def factor(self, t):
@@ -233,8 +203,8 @@ class LinearWarmup(Schedule):
     """
 
     def __init__(self, optimizer, warmup, start=0.0, then=None):
-        self.warmup = _count("LinearWarmup", "warmup", warmup, 1)
-        self.start = _check("LinearWarmup", "start", start, 0, 1)
+        self.warmup = checks.count("LinearWarmup", "warmup", warmup, 1)
+        self.start = checks.in_range("LinearWarmup", "start", start, 0, 1)
         if then is not None and not isinstance(then, Schedule):
             raise TypeError(f"LinearWarmup: then must be a schedule, got {type(then).__name__}")
         if then is not None and then.optimizer is not optimizer:
@@ -260,9 +230,10 @@ class ReduceOnPlateau(Schedule):
 
     def __init__(self, optimizer, factor=0.1, patience=10, mode="min", min_delta=0.0,
                  min_lr=0.0):
-        self.reduce_by = _check("ReduceOnPlateau", "factor", factor, 0, 1, high_open=True)
-        self.patience = _count("ReduceOnPlateau", "patience", patience, 0)
-        self.min_lr = _check("ReduceOnPlateau", "min_lr", min_lr, 0)
+        self.reduce_by = checks.in_range("ReduceOnPlateau", "factor", factor, 0, 1,
+                                         high_open=True)
+        self.patience = checks.count("ReduceOnPlateau", "patience", patience)
+        self.min_lr = checks.in_range("ReduceOnPlateau", "min_lr", min_lr, 0)
         self.monitor = Best(mode, min_delta, "ReduceOnPlateau")
         self.scale = 1.0
         super().__init__(optimizer)
@@ -295,8 +266,8 @@ class ReduceOnPlateau(Schedule):
 
     def load_state_dict(self, state):
         where = self._saved(state, "t", "scale", "best", "bad")
-        t = _count(where, "t", state["t"], 0)
-        scale = _check(where, "scale", state["scale"], 0, max(1.0, self._floor()))
+        t = checks.count(where, "t", state["t"])
+        scale = checks.in_range(where, "scale", state["scale"], 0, max(1.0, self._floor()))
         self.monitor.check_state_dict(state, where)
         self.set_factor(scale)
         self.t, self.scale = t, scale

@@ -141,7 +141,7 @@ def test_arrays_are_taken_as_constant_predictions(loss):
 @pytest.mark.parametrize("d,error,message", [
     (np.inf, ValueError, "HuberLoss: the threshold d must be finite, got inf"),
     (np.nan, ValueError, "HuberLoss: the threshold d must be finite, got nan"),
-    (0, ValueError, "HuberLoss: the threshold d must be positive, got 0"),
+    (0, ValueError, "HuberLoss: the threshold d must be > 0, got 0"),
     ("1", TypeError, "HuberLoss: the threshold d must be a number, got str"),
     (None, TypeError, "HuberLoss: the threshold d must be a number, got NoneType")])
 def test_huber_threshold_must_be_a_positive_finite_number(d, error, message):
