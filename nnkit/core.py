@@ -21,7 +21,19 @@ _ndarray = numpy.ndarray
 _counter = itertools.count()
 _default_dtype = numpy.dtype(numpy.float32)
 _edits = 0            # global edit stamp: bumped whenever some NetVar's data is replaced or updated
-_anomaly = False      # set by nnkit.instrument.detect_anomaly(); a global, so "off" costs one load
+# Observers of the engine: objects with forward(node, parents), called for each op built, and
+# before(node) / after(node), called around each _back. detect_anomaly() attaches one for its
+# block; back(trace=True) adds a recorder for one pass. The engine knows only this protocol (it
+# imports no observer), and with none attached it pays one test per op and two per backward step.
+_observers = []
+_anomaly = False      # kept in step with detect_anomaly() until every op asks observing()
+_recorder = None      # the class back(trace=True) records with; nnkit.trace registers it
+
+
+def observing(kind):
+    """True while an observer of class ``kind`` is attached (ops use it to decide whether a
+    check that reads GPU data back is wanted: only inside detect_anomaly())."""
+    return any(isinstance(observer, kind) for observer in _observers)
 
 
 class _State(threading.local):
@@ -371,21 +383,15 @@ class NetVar:
             self._gshared = True
 
     def accumulate(self, g):
-        """Add the contribution ``g`` to this node's gradient.
+        """Add the contribution ``g`` to this node's gradient (ops call it from ``_back``).
 
-        ``g`` is first summed over the axes along which this node was broadcast. The first
-        contribution is kept as it is (no copy); later ones are added. Does nothing for nodes
-        that need no gradient.
+        ``g`` is summed over the axes along which this node was broadcast and takes the node's
+        dtype; one that cannot be summed back to the node's shape is refused. The first
+        contribution is kept as it is (no copy); later ones are added into an array the node
+        owns. Nodes that need no gradient ignore it.
         """
-        if self.requires_grad:
-            self._accumulate(g)
-
-    def _accumulate(self, g):
-        """``accumulate(g)`` for a caller that has tested ``requires_grad`` itself.
-
-        The built-in ops test it before computing a parent's gradient at all (a constant costs
-        them no array), so the test here would be a second one on the hottest path.
-        """
+        if not self.requires_grad:
+            return
         mine = self._g
         if mine is None:          # the first contribution: kept, not copied (it may be shared)
             data = self._data
@@ -408,12 +414,15 @@ class NetVar:
                 pass
         mine += _conform(g, self)
 
-    def _accumulate_elementwise(self, g):
-        """``_accumulate(g)`` for the gradient an elementwise one-input op passes its input.
+    def accumulate_same_shape(self, g):
+        """``accumulate(g)`` for a ``g`` that already has this node's shape and dtype.
 
-        Such a g has this node's shape and dtype by construction, and the node needs a gradient
-        (the op recorded it as its parent), so both tests are skipped on the hottest path.
+        An elementwise op of one input hands it such a gradient by construction, so the shape
+        and dtype tests of ``accumulate`` are skipped: on a tiny op they cost as much as the
+        addition. A ``g`` of another shape must go through ``accumulate``.
         """
+        if not self.requires_grad:
+            return
         mine = self._g
         if mine is None:
             self._g = g
@@ -423,6 +432,11 @@ class NetVar:
             self._g = mine = _owned_copy(mine, self._data)
             self._gshared = False
         mine += g
+
+    # The names the built-in ops used before there was one dialect; removed once every op file
+    # calls accumulate / accumulate_same_shape.
+    _accumulate = accumulate
+    _accumulate_elementwise = accumulate_same_shape
 
     def reset(self):
         """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
@@ -449,24 +463,31 @@ class NetVar:
             seed = _gradient_from_user(g, self, f"back(): the seed gradient of {self._describe()}")
         nodes = _reverse_topological(self)
         self.accumulate(seed)      # kept as shared when stored: the caller's array is never edited
-        if trace or _anomaly:
-            from .instrument import back_instrumented
-            return back_instrumented(nodes, trace)
+        observers = _observers
+        if trace:
+            recorder = _recorder()
+            observers = observers + [recorder]
         stamp = _edits
         for node in nodes:
             if node._g is not None:
                 if node._pversion < stamp:
                     _check_versions(node)
+                if observers:
+                    for observer in observers:
+                        observer.before(node)
                 parents = node._parents
                 # `_back(*parents)` as a call with a fixed argument list when it has one or two
-                # parents (almost every op): Python runs such a call ~50 ns faster.
+                # parents (almost every op): Python runs such a call inside the loop's frame.
                 if len(parents) == 2:
                     node._back(parents[0], parents[1])
                 elif len(parents) == 1:
                     node._back(parents[0])
                 else:
                     node._back(*parents)
-        return None
+                if observers:
+                    for observer in observers:
+                        observer.after(node)
+        return recorder.trace() if trace else None
 
     # -- conveniences
     @property
@@ -628,9 +649,9 @@ class NetOp(NetVar):
         else:
             self.requires_grad = False
             self._parents = ()
-        if _anomaly:
-            from .instrument import check_forward
-            check_forward(self, parents)
+        if _observers:
+            for observer in _observers:
+                observer.forward(self, parents)
 
     def _back(self, *parents):
         """Add each parent's gradient contribution: every subclass defines its own.
@@ -668,9 +689,9 @@ def _link(node, data, a, b=None):
     else:
         node.requires_grad = False
         node._parents = ()
-    if _anomaly:
-        from .instrument import check_forward
-        check_forward(node, (a,) if b is None else (a, b))
+    if _observers:
+        for observer in _observers:
+            observer.forward(node, (a,) if b is None else (a, b))
     return node
 
 

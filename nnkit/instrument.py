@@ -1,8 +1,7 @@
-"""The instrumented engine: NaN/Inf checks (``detect_anomaly``) and recorded backward passes.
+"""NaN/Inf and in-place edit checks (``detect_anomaly``), as an observer of the engine.
 
-The engine (core.py) stays lean: it runs this module's code only while
-``detect_anomaly()`` is on or when ``back(trace=True)`` asks for a record, so the default
-path pays one global load per op for all of it.
+The engine (core.py) calls an attached observer for each op it builds and around each
+``_back``; this module attaches one only inside ``detect_anomaly()``.
 """
 from . import backend, core
 from .core import InplaceEditError
@@ -21,7 +20,8 @@ class detect_anomaly:
     Inf raises AnomalyError naming the op class, its creation index and its input shapes.
     Ops built in the mode also hash their inputs' data, and back() in the mode re-hashes them:
     an edit that bypasses the ``.data`` setter (``x.data[i] = v``) raises InplaceEditError.
-    Off by default; when off it costs one global load per op. The switch is process-wide.
+    Off by default; when off it costs nothing but the engine's test for observers. The switch
+    is process-wide.
     """
 
     def __init__(self, enabled=True):
@@ -29,13 +29,36 @@ class detect_anomaly:
         self._saved = []
 
     def __enter__(self):
-        self._saved.append(core._anomaly)
+        self._saved.append(list(core._observers))
+        kept = [o for o in core._observers if not isinstance(o, AnomalyChecker)]
+        core._observers[:] = kept + [AnomalyChecker()] if self.enabled else kept
         core._anomaly = self.enabled
         return self
 
     def __exit__(self, *exc):
-        core._anomaly = self._saved.pop()
+        core._observers[:] = self._saved.pop()
+        core._anomaly = is_detecting()
         return False
+
+
+def is_detecting():
+    """True inside ``detect_anomaly()``: ops then also run checks that read GPU data back."""
+    return core.observing(AnomalyChecker)
+
+
+class AnomalyChecker:
+    """The engine observer of detect_anomaly(): checks each op's value when it is built and
+    each gradient it hands its parents, and each input's data against its hash at back()."""
+
+    def forward(self, node, parents):
+        check_forward(node, parents)
+
+    def before(self, node):
+        if getattr(node, "_fingerprint", None) is not None:
+            check_fingerprint(node)
+
+    def after(self, node):
+        _check_backward(node, node._parents)
 
 
 def nonfinite(array):
@@ -83,42 +106,3 @@ def _check_backward(node, parents):
                 f"detect_anomaly: backward of {type(node).__name__} #{node._index} "
                 f"(inputs of shapes {_shapes(parents)}) gave a NaN or Inf gradient to input "
                 f"{position}")
-
-
-def back_instrumented(nodes, trace):
-    """back()'s loop with recording (``trace``) and/or the checks of detect_anomaly().
-
-    Returns a ``nnkit.trace.Trace`` of (node, upstream gradient, what was added to each parent)
-    when ``trace`` is true.
-    """
-    anomaly = core._anomaly
-    steps = [] if trace else None
-    stamp = core._edits
-    for node in nodes:
-        if node._g is None:
-            continue
-        if node._pversion < stamp:
-            core._check_versions(node)
-        if anomaly and getattr(node, "_fingerprint", None) is not None:
-            check_fingerprint(node)
-        parents = node._parents
-        if trace:
-            before = [None if p._g is None else p._g.copy() for p in parents]
-            upstream = node._g.copy()
-        node._back(*parents)
-        if anomaly:
-            _check_backward(node, parents)
-        if trace:
-            added = []
-            for parent, old in zip(parents, before):
-                if parent._g is None or not parent.requires_grad:
-                    added.append(None)
-                elif old is None:
-                    added.append(parent._g.copy())
-                else:
-                    added.append(parent._g - old)
-            steps.append((node, upstream, tuple(added)))
-    if trace:
-        from .trace import Trace
-        return Trace(steps)
-    return None

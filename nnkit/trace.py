@@ -7,6 +7,7 @@ sequence of graph pictures (``trace.frames()``, the backward pass one step at a 
 """
 import html
 
+from . import core
 from .core import NetVar, preview
 
 __all__ = ['Trace', 'TraceStep', 'trace_back']
@@ -134,6 +135,39 @@ class Trace(list):
                 "<th>added to each input</th></tr>")
         return (f"<table style='text-align:left'>{head}{''.join(rows)}</table>"
                 if rows else "<p>(empty trace: the root is a leaf)</p>")
+
+
+class Recorder:
+    """The engine observer of ``back(trace=True)``: notes each step's upstream gradient and what
+    it added to each parent's gradient, and gives them as a Trace."""
+
+    def __init__(self):
+        self.steps = []
+        self._before = None
+
+    def forward(self, node, parents):
+        pass
+
+    def before(self, node):
+        self._before = [None if p._g is None else p._g.copy() for p in node._parents]
+        self._upstream = node._g.copy()
+
+    def after(self, node):
+        added = []
+        for parent, old in zip(node._parents, self._before):
+            if parent._g is None or not parent.requires_grad:
+                added.append(None)
+            elif old is None:
+                added.append(parent._g.copy())
+            else:
+                added.append(parent._g - old)
+        self.steps.append((node, self._upstream, tuple(added)))
+
+    def trace(self):
+        return Trace(self.steps)
+
+
+core._recorder = Recorder     # back(trace=True) records with it (the engine imports no observer)
 
 
 def trace_back(root, g=None):

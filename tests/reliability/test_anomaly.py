@@ -113,7 +113,7 @@ def test_off_by_default_and_costs_no_check(monkeypatch):
 
     monkeypatch.setattr(instrument, "check_forward", called)
     monkeypatch.setattr(instrument, "nonfinite", called)
-    monkeypatch.setattr(instrument, "back_instrumented", called)
+    monkeypatch.setattr(instrument, "check_fingerprint", called)
     x = nn.NetVar(np.array([[-1.0, 0.0]]))
     y = nn.Sum(nn.Pow(x, 0.5) + nn.Log(x))   # NaN and -inf forward, inf backward
     y.back()
