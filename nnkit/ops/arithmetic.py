@@ -17,13 +17,9 @@ Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient
 """
 
 __all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log']
-import math
-import numbers
 import operator
 
-import numpy
-
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar, _link, constant
 
 
@@ -210,12 +206,7 @@ class Pow(NetOp):
     def __init__(self, x, p):
         if isinstance(p, NetVar):
             raise TypeError("Pow: the exponent must be a constant number, not a NetVar")
-        if not isinstance(p, numbers.Real) or isinstance(p, (bool, numpy.bool_)):
-            raise TypeError(f"Pow: the exponent must be a number, got {type(p).__name__}")
-        p = float(p)
-        if not math.isfinite(p):
-            raise ValueError(f"Pow: the exponent must be finite, got {p}")
-        self.p = p
+        self.p = p = checks.in_range("Pow", "the exponent", p)
         _link(self, x._data ** (int(p) if p == int(p) else p), x)
 
     def _back(self, x):

@@ -15,7 +15,7 @@ Empty inputs are refused.
 __all__ = ['CELoss', 'SoftmaxCELoss', 'SigmoidCELoss', 'NLLLoss', 'KLDivLoss']
 import numpy
 
-from .. import backend, core
+from .. import backend, checks, core
 from ..core import NetVar, constant
 from .activation import sigmoid
 from .loss import Loss, _check_range, _pair, _same_positions, _scalar, _upstream, _valid_mask
@@ -293,9 +293,7 @@ class KLDivLoss(Loss):
         if not isinstance(reduction, str) or reduction not in self.reductions:
             raise ValueError(f"KLDivLoss: reduction must be one of {self.reductions}, got "
                              f"{reduction!r}")
-        if not isinstance(log_target, (bool, numpy.bool_)):
-            raise TypeError(f"KLDivLoss: log_target must be True or False, got "
-                            f"{type(log_target).__name__}")
+        checks.flag("KLDivLoss", "log_target", log_target)
         x, p = _pair("KLDivLoss", x, p)
         xp = backend.array_module(x._data)
         pd = p._data

@@ -11,12 +11,8 @@ Notation: input x (N, C, H, W), kernel w (O, C, kh, kw), bias b (O), output y
 __all__ = ['Conv2D', 'MaxPool2D', 'AvgPool2D']
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar, constant
-
-
-def _whole(value):
-    return isinstance(value, (int, numpy.integer)) and not isinstance(value, bool)
 
 
 def _pair(op, name, value, minimum):
@@ -25,9 +21,9 @@ def _pair(op, name, value, minimum):
     TypeError for anything but ints (a bool or a float included), ValueError for a pair of
     another length or a value below ``minimum``.
     """
-    pair = (value, value) if _whole(value) else \
+    pair = (value, value) if checks.is_integer(value) else \
         tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    if not all(_whole(v) for v in pair):
+    if not all(checks.is_integer(v) for v in pair):
         raise TypeError(f"{op}: {name} must be an int or a pair of ints ≥ {minimum}, got "
                         f"{value!r}")
     if len(pair) != 2 or not all(v >= minimum for v in pair):
@@ -207,9 +203,7 @@ class AvgPool2D(_Pool):
     """
 
     def __init__(self, x, size, stride=None, padding=0, count_include_pad=True):
-        if not isinstance(count_include_pad, (bool, numpy.bool_)):
-            raise TypeError(f"AvgPool2D: count_include_pad must be True or False, got "
-                            f"{count_include_pad!r}")
+        checks.flag("AvgPool2D", "count_include_pad", count_include_pad)
         x = _node(x)
         patches = self._windows(x, size, stride, padding, 0)
         y = patches[0].copy()

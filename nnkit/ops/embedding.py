@@ -3,7 +3,7 @@
 __all__ = ['Embedding']
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar
 from .indexing import scatter_add
 
@@ -54,7 +54,7 @@ class Embedding(NetOp):
 
 def _padding_row(padding_idx, V):
     """padding_idx checked against a table of V rows and brought into [0, V)."""
-    if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, numpy.integer)):
+    if not checks.is_integer(padding_idx):
         raise TypeError(f"Embedding: padding_idx must be an integer in [{-V}, {V}) for a table "
                         f"of {V} rows, got {padding_idx!r}")
     if not -V <= padding_idx < V:

@@ -9,7 +9,7 @@ from numbers import Integral
 
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar, constant
 from .shape import Reshape, keyword_error, normalize_axis
 
@@ -159,14 +159,14 @@ def Split(x, sections, axis=0):
     shape = tuple(x.shape)
     axis = _check_axis("Split", axis, len(shape), shape)
     n = shape[axis]
-    if isinstance(sections, Integral) and not isinstance(sections, bool):
+    if checks.is_integer(sections):
         if sections <= 0 or n % sections:
             raise ValueError(f"Split: cannot split axis {axis} of length {n} of x of shape "
                              f"{shape} into {sections} equal parts")
         cuts = [i * (n // sections) for i in range(1, sections)]
     else:
         cuts = list(sections) if isinstance(sections, (tuple, list, numpy.ndarray)) else [None]
-        if not all(isinstance(c, Integral) and not isinstance(c, bool) for c in cuts):
+        if not all(checks.is_integer(c) for c in cuts):
             raise TypeError(f"Split: sections must be a number of parts or a list of cut "
                             f"indices (ints), got {sections!r}")
         if any(not 0 <= c <= n for c in cuts) or cuts != sorted(cuts):
@@ -190,7 +190,7 @@ class Flatten(Reshape):
         shape = tuple(x.shape)
         ndim = len(shape)
         for name, axis in (("start", start), ("end", end)):
-            if isinstance(axis, bool) or not isinstance(axis, Integral):
+            if not checks.is_integer(axis):
                 raise TypeError(f"Flatten: {name} must be an int, got {axis!r}")
         if not (-ndim <= start < ndim and -ndim <= end < ndim) or start % ndim > end % ndim:
             raise ValueError(f"Flatten: axes {start}..{end} do not span x of shape {shape}")
@@ -203,7 +203,7 @@ class Flatten(Reshape):
 
 def _pad_widths(pad_width, ndim, shape):
     given = numpy.asarray(pad_width, dtype=object)
-    if not all(isinstance(w, Integral) and not isinstance(w, bool) for w in given.flat):
+    if not all(checks.is_integer(w) for w in given.flat):
         raise TypeError(f"Pad: pad_width must be ints, got {pad_width!r}")
     try:
         widths = numpy.broadcast_to(given.astype(numpy.int64), (ndim, 2))

@@ -20,11 +20,10 @@ The per-step cells with the same weights (``RNNCell``, ``LSTMCell``, ``GRUCell``
 
 __all__ = ['RNN', 'LSTM', 'GRU', 'RecurrentState']
 import weakref
-from numbers import Integral
 
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar, constant
 
 
@@ -323,7 +322,7 @@ class RecurrentState(NetOp):
         if not isinstance(op, _Recurrent):
             raise TypeError(f"RecurrentState: op must be an RNN, LSTM or GRU node, got "
                             f"{type(op).__name__}")
-        if isinstance(which, bool) or not isinstance(which, Integral):
+        if not checks.is_integer(which):
             raise TypeError(f"RecurrentState: which must be 0 (h) or 1 (an LSTM's c), got "
                             f"{which!r}")
         if which not in range(op.states):

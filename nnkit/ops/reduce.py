@@ -10,11 +10,9 @@ with nnkit's spelling.
 """
 
 __all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'CosineSimilarity', 'ArgMax']
-from numbers import Real
-
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetOp, NetVar
 from .arithmetic import _nodes
 from .shape import keyword_error, normalize_axes, normalize_axis
@@ -173,7 +171,7 @@ class Var(NetOp):
 
     def __init__(self, x, axis=None, keepdims=False, ddof=0):
         self.axes, self.keepdims = reduced_axes("Var", x, axis, keepdims)
-        if isinstance(ddof, bool) or not isinstance(ddof, Real):
+        if not checks.is_number(ddof):
             raise TypeError(f"Var: ddof must be a number (1 for the unbiased estimate), got "
                             f"{ddof!r}")
         self.dof = _count(x._data.shape, self.axes) - ddof
