@@ -4,9 +4,9 @@ Every op reaches its math through ``xp = backend.array_module(x.data)``. CuPy is
 extra (``pip install nnkit[cuda]``), imported lazily the first time a non-NumPy array is seen
 or a GPU move is requested; without it everything runs on NumPy.
 """
-import numbers
-
 import numpy
+
+from . import checks
 
 _ndarray = numpy.ndarray
 _cupy = None          # the cupy module once imported, False when unavailable
@@ -113,7 +113,7 @@ def as_generator(seed, owner):
 
 
 def _check_seed(value, owner, accepted="an int"):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not checks.is_integer(value):
         raise TypeError(f"{owner}: seed must be {accepted}, got {type(value).__name__} {value!r}")
     if value < 0:
         raise ValueError(f"{owner}: seed must be >= 0, got {value}")

@@ -5,11 +5,9 @@ lengths L_b into one (T, B, F) array (T = max L_b), or (T, B) for token ids, plu
 """
 
 __all__ = ['pad_sequences', 'minibatches']
-import numbers
-
 import numpy
 
-from . import backend
+from . import backend, checks
 from .core import get_dtype
 
 
@@ -90,9 +88,7 @@ def _check_dtype(owner, dtype, arrays):
 
 
 def _check_value(owner, value, dtype):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: value must be a number, got {type(value).__name__} "
-                        f"{value!r}")
+    checks.number(owner, "value", value)
     if numpy.dtype(dtype).kind in "biu" and not _exact(value, dtype):
         raise ValueError(f"{owner}: value {value!r} cannot be stored in {numpy.dtype(dtype)} "
                          "data exactly; give a value of the data's type")
@@ -145,18 +141,11 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     arrays, dtype = _as_arrays(seqs, "minibatches")
     N = len(arrays)
     _check_value("minibatches", value, dtype)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise TypeError(f"minibatches: batch_size must be a positive integer, got "
-                        f"{type(batch_size).__name__} {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"minibatches: batch_size must be at least 1, got {batch_size}")
-    batch_size = int(batch_size)
-    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
-        if not isinstance(flag, (bool, numpy.bool_)):
-            raise TypeError(f"minibatches: {name} must be True or False, got "
-                            f"{type(flag).__name__} {flag!r}")
+    batch_size = checks.count("minibatches", "batch_size", batch_size, 1)
+    checks.flag("minibatches", "shuffle", shuffle)
+    checks.flag("minibatches", "drop_last", drop_last)
     if not isinstance(bucket, (bool, numpy.bool_)):
-        if not isinstance(bucket, numbers.Integral):
+        if not checks.is_integer(bucket):
             raise TypeError(f"minibatches: bucket must be False, True or a number of batches "
                             f"k >= 1, got {type(bucket).__name__} {bucket!r}")
         if bucket < 1:

@@ -7,11 +7,10 @@ report is ``error.report`` on a GradcheckError (an HTML table in Jupyter).
 """
 import html
 import math
-import numbers
 
 import numpy
 
-from . import backend
+from . import backend, checks
 from .core import NetVar, no_grad
 
 __all__ = ['gradcheck', 'GradcheckError', 'GradcheckReport']
@@ -154,8 +153,8 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error
     and numeric gradients side by side with the wrong elements marked.
     """
     for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol)):
-        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and (value > 0 if name == "eps" else value >= 0)):
+        if not (checks.is_number(value) and math.isfinite(value)
+                and (value > 0 if name == "eps" else value >= 0)):
             bound = "> 0" if name == "eps" else ">= 0"
             raise ValueError(f"gradcheck: {name} must be a finite number {bound}, got {value!r}")
     inputs = list(inputs)

@@ -11,7 +11,6 @@ root has a double border. A fused op that runs a loop over time is a 3-D box lab
 """
 import html
 import inspect
-import numbers
 import pathlib
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import uuid
 
 import numpy
 
-from . import backend
+from . import backend, checks
 from .core import NetOp, NetVar
 from .ops.recurrent import _Recurrent
 from .trace import _reachable, describe, preview, trace_back
@@ -184,7 +183,7 @@ def _time_length(node):
         value = inspect.getattr_static(node, attribute, None)
         if isinstance(value, types.MemberDescriptorType):     # a __slots__ field
             value = getattr(node, attribute, None)
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if checks.is_integer(value):
             return int(value)
     if isinstance(node, _Recurrent):
         return int(node.shape[0])         # time-major (T, B, H)

@@ -111,7 +111,7 @@ def test_minibatches_per_step_targets_and_drop_last(rng):
     ({"batch_size": None}, TypeError, "batch_size must be a positive integer, got NoneType"),
     ({"batch_size": 2.5}, TypeError, "batch_size must be a positive integer, got float 2.5"),
     ({"batch_size": True}, TypeError, "batch_size must be a positive integer, got bool True"),
-    ({"batch_size": 0}, ValueError, "batch_size must be at least 1, got 0"),
+    ({"batch_size": 0}, ValueError, "batch_size must be a positive integer, got 0"),
     ({"bucket": 0.5}, TypeError, r"bucket must be False, True or a number of batches k >= 1, "
                                  "got float 0.5"),
     ({"bucket": -1}, ValueError, "bucket must be False, True or a number of batches k >= 1, "

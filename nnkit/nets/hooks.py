@@ -7,11 +7,10 @@ __all__ = ['Hook', 'History', 'ProgressBar', 'EarlyStopping', 'SaveBest', 'StopO
            'LRSchedule', 'PlotHistory']
 import copy
 import math
-import numbers
 import os
 import time
 
-from .. import backend
+from .. import backend, checks
 from ..optim.base import Optimizer
 from ..optim.schedules import Best, ReduceOnPlateau
 from .metrics import MeanLoss
@@ -71,13 +70,6 @@ def _metric_name(owner, metric):
         raise TypeError(f"{owner}: metric must be the name of an epoch log entry such as "
                         f"'val_loss', got {type(metric).__name__} {metric!r}")
     return metric
-
-
-def _check_flag(owner, name, value):
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}: {name} must be True or False, got {type(value).__name__} "
-                        f"{value!r}")
-    return value
 
 
 def _check_validated(owner, trainer, metric):
@@ -149,16 +141,7 @@ class EarlyStopping(Hook):
 
     def __init__(self, metric="val_loss", patience=5, mode="min", min_delta=0.0):
         self.metric = _metric_name("EarlyStopping", metric)
-        if isinstance(patience, bool) or not isinstance(patience, numbers.Integral):
-            raise TypeError(f"EarlyStopping: patience must be a positive integer, got "
-                            f"{type(patience).__name__} {patience!r}")
-        if patience < 1:
-            raise ValueError(f"EarlyStopping: patience must be a positive integer, "
-                             f"got {patience!r}")
-        if isinstance(min_delta, bool) or not isinstance(min_delta, numbers.Real):
-            raise TypeError(f"EarlyStopping: min_delta must be a number >= 0, got "
-                            f"{type(min_delta).__name__} {min_delta!r}")
-        self.patience = int(patience)
+        self.patience = checks.count("EarlyStopping", "patience", patience, 1)
         self.monitor = Best(mode, min_delta, "EarlyStopping")
         self.best_epoch = None
 
@@ -195,8 +178,8 @@ class SaveBest(Hook):
             raise TypeError(f"SaveBest: path must be a str or a path, got "
                             f"{type(path).__name__} {path!r}")
         self.path, self.metric, self.model = path, _metric_name("SaveBest", metric), model
-        self.save_optimizer = _check_flag("SaveBest", "optimizer", optimizer)
-        self.restore = _check_flag("SaveBest", "restore", restore)
+        self.save_optimizer = checks.flag("SaveBest", "optimizer", optimizer)
+        self.restore = checks.flag("SaveBest", "restore", restore)
         self.monitor = Best(mode, 0.0, "SaveBest")
         self.best_epoch = None
 
@@ -321,7 +304,7 @@ class PlotHistory(Hook):
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"PlotHistory: path must be None, a str or a path, got "
                             f"{type(path).__name__} {path!r}")
-        if _check_flag("PlotHistory", "every_epoch", every_epoch) and path is None:
+        if checks.flag("PlotHistory", "every_epoch", every_epoch) and path is None:
             raise ValueError("PlotHistory: every_epoch=True redraws a file; give a path")
         try:
             import matplotlib  # noqa: F401

@@ -15,7 +15,7 @@ import math
 
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetVar
 
 
@@ -133,9 +133,7 @@ class MeanLoss(Metric):
         weight = _host(n, "n", "MeanLoss")
         if weight.size != 1:
             raise ValueError(f"MeanLoss: n must be one number, got shape {weight.shape}")
-        n = float(weight.reshape(()))
-        if not (n >= 0 and math.isfinite(n)):
-            raise ValueError(f"MeanLoss: n must be a finite number >= 0, got {n}")
+        n = checks.in_range("MeanLoss", "n", float(weight.reshape(())), 0)
         self.total += float(value.reshape(())) * n
         self.count += n
         return self

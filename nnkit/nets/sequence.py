@@ -2,25 +2,16 @@
 
 __all__ = ['SequenceModel', 'recurrent_weights']
 import math
-import numbers
 
 import numpy
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetVar, get_dtype
 from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
 
 _LAYERS = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
-
-
-def _check_size(owner, name, size):
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-        raise TypeError(f"{owner}: {name} must be a positive integer, got "
-                        f"{type(size).__name__} {size!r}")
-    if size < 1:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {size!r}")
 
 
 def _uniform(generator, limit, shape):
@@ -38,9 +29,8 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     if cell not in _LAYERS:
         raise ValueError(f"recurrent_weights: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
     for name, size in (("inputs", inputs), ("hidden", hidden)):
-        _check_size("recurrent_weights", name, size)
-    if isinstance(forget_bias, bool) or not isinstance(forget_bias, numbers.Real) \
-            or not math.isfinite(forget_bias):
+        checks.count("recurrent_weights", name, size, 1)
+    if not (checks.is_number(forget_bias) and math.isfinite(forget_bias)):
         raise ValueError(f"recurrent_weights: forget_bias must be a finite number, got "
                          f"{forget_bias!r}")
     generator = backend.as_generator(seed, "recurrent_weights")
@@ -89,12 +79,10 @@ class SequenceModel:
         if cell not in _LAYERS:
             raise ValueError(f"SequenceModel: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
         for name, size in (("inputs", inputs), ("hidden", hidden), ("outputs", outputs)):
-            _check_size("SequenceModel", name, size)
+            checks.count("SequenceModel", name, size, 1)
         if embedding is not None:
-            _check_size("SequenceModel", "embedding", embedding)
-        if not isinstance(per_step, bool):
-            raise TypeError(f"SequenceModel: per_step must be True or False, got "
-                            f"{type(per_step).__name__} {per_step!r}")
+            checks.count("SequenceModel", "embedding", embedding, 1)
+        checks.flag("SequenceModel", "per_step", per_step)
         if cell != 'rnn' and activation != 'tanh':
             raise ValueError(f"SequenceModel: activation is for cell='rnn'; an '{cell}' cell "
                              f"has its own nonlinearities, got activation={activation!r}")

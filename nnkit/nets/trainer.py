@@ -31,11 +31,10 @@ __all__ = ['Trainer']
 import collections.abc
 import copy
 import math
-import numbers
 import sys
 import time
 
-from .. import backend
+from .. import backend, checks
 from ..core import NetVar, eval_mode, no_grad
 from .hooks import History, Hook  # noqa: F401  (Hook: the hooks' base, importable from here too)
 from .metrics import MeanLoss
@@ -109,17 +108,13 @@ class Trainer:
         ``trainer.val`` holds ``val`` (hooks read it). An epoch that raises before
         its first update does not count: ``trainer.epoch`` stays at the last epoch trained.
         """
-        if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral):
-            raise TypeError(f"Trainer.fit: epochs must be a positive integer, got "
-                            f"{type(epochs).__name__} {epochs!r}")
-        if epochs < 1:
-            raise ValueError(f"Trainer.fit: epochs must be a positive integer, got {epochs!r}")
+        epochs = checks.count("Trainer.fit", "epochs", epochs, 1)
         _check_batches("Trainer.fit", "train_batches", train_batches, epochs)
         if val is not None:
             _check_batches("Trainer.fit", "val", val, epochs)
         self.stop_reason = None
         self.val = val
-        self.epochs = self.epoch + int(epochs)
+        self.epochs = self.epoch + epochs
         self._call("on_fit_start")
         for _ in range(epochs):
             self.epoch += 1

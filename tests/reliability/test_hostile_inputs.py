@@ -341,7 +341,7 @@ CASES = [
     ("pad_sequences objects", lambda m: nn.pad_sequences([np.array([None, 1])]), TypeError,
      r"pad_sequences: sequence 0 has dtype object"),
     ("minibatches size", lambda m: list(nn.minibatches([[1, 2]], batch_size=0)), ValueError,
-     r"minibatches: batch_size must be at least 1, got 0"),
+     r"minibatches: batch_size must be a positive integer, got 0"),
     ("minibatches targets", lambda m: list(nn.minibatches([[1, 2], [3]], targets=[1])),
      ValueError, r"minibatches: 1 targets for 2 sequences"),
     # -- files
