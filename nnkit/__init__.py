@@ -11,8 +11,9 @@ import types as _types
 
 from . import backend
 from .backend import gpu_available, seed
-from .core import (InplaceEditError, NetOp, NetVar, constant, enable_grad, eval_mode, get_dtype,
-                   is_grad_enabled, is_training, no_grad, set_dtype, train_mode, unbroadcast)
+from .core import InplaceEditError, NetOp, NetVar, constant, unbroadcast
+from .dtypes import get_dtype, set_dtype
+from .modes import enable_grad, eval_mode, is_grad_enabled, is_training, no_grad, train_mode
 from .instrument import AnomalyError, detect_anomaly
 from .ops import *  # noqa: F401,F403  (the op catalogue)
 from .optim import *  # noqa: F401,F403

@@ -1,4 +1,4 @@
-"""The engine: NetVar, NetOp, the backward pass, the grad/train modes and the dtype policy.
+"""The engine: NetVar, NetOp and the backward pass.
 
 A NetOp computes its value once, eagerly, in its constructor and keeps references to its
 parents; that is the whole graph. ``back()`` collects the op nodes reachable from the root with
@@ -6,8 +6,6 @@ an explicit stack (no recursion), orders them by creation index (parents are alw
 before their children, so descending index is a reverse topological order) and calls each
 ``_back`` exactly once, after all of its consumers have contributed to its gradient.
 """
-import copy
-import functools
 import itertools
 import numbers
 import operator
@@ -16,10 +14,10 @@ import threading
 import numpy
 
 from . import backend
+from .dtypes import as_array
 
 _ndarray = numpy.ndarray
 _counter = itertools.count()
-_default_dtype = numpy.dtype(numpy.float32)
 _edits = 0            # global edit stamp: bumped whenever some NetVar's data is replaced or updated
 # Observers of the engine: objects with forward(node, parents), called for each op built, and
 # before(node) / after(node), called around each _back. detect_anomaly() attaches one for its
@@ -45,111 +43,10 @@ _state = _State()
 # How many grad-off blocks are open in all threads together. While it is 0, grad mode is on in
 # every thread and NetOp skips the thread-local read (a third of a tiny op's bookkeeping).
 _grad_off = 0
-_grad_off_lock = threading.Lock()
 
 
 class InplaceEditError(RuntimeError):
     """A parent's data was changed after an op used it, so its gradient would be wrong."""
-
-
-# ----------------------------------------------------------------------------- modes and dtype
-
-def get_dtype():
-    """The float dtype given to lists, Python scalars and int/bool data (float32 by default)."""
-    return _default_dtype
-
-
-def set_dtype(dtype):
-    """Set the default float dtype (``nnkit.dtype = numpy.float64`` does the same)."""
-    global _default_dtype
-    dtype = numpy.dtype(dtype)
-    if dtype.kind != "f":
-        raise TypeError(f"set_dtype: nnkit's default dtype must be a float type, got {dtype}")
-    _default_dtype = dtype
-
-
-class _Switch:
-    """A context manager (and decorator) that sets one thread-local mode and restores it."""
-    attribute = None
-
-    def __init__(self, value):
-        self.value = value
-        self._saved = []
-
-    def __enter__(self):
-        self._saved.append(getattr(_state, self.attribute))
-        setattr(_state, self.attribute, self.value)
-        self._count_grad_off(1)
-        return self
-
-    def __exit__(self, *exc):
-        setattr(_state, self.attribute, self._saved.pop())
-        self._count_grad_off(-1)
-        return False
-
-    def _count_grad_off(self, step):
-        global _grad_off
-        if self.attribute == "grad" and not self.value:
-            with _grad_off_lock:
-                _grad_off += step
-
-    def __call__(self, function):
-        """As a decorator: every call of ``function`` runs inside a fresh copy of the switch."""
-        @functools.wraps(function)
-        def wrapped(*args, **kwargs):
-            switch = copy.copy(self)
-            switch._saved = []
-            with switch:
-                return function(*args, **kwargs)
-        return wrapped
-
-
-class no_grad(_Switch):
-    """``with nnkit.no_grad():`` ops record no parents, so nothing can be backpropagated.
-
-    Use it for evaluation and inference: the graph is not kept, so memory stays flat.
-    Also usable as a decorator. The mode is per thread.
-    """
-    attribute = "grad"
-
-    def __init__(self):
-        super().__init__(False)
-
-
-class enable_grad(_Switch):
-    """``with nnkit.enable_grad():`` turns recording back on inside a ``no_grad`` block."""
-    attribute = "grad"
-
-    def __init__(self):
-        super().__init__(True)
-
-
-class train_mode(_Switch):
-    """``with nnkit.train_mode(False):`` evaluation behaviour for Dropout and BatchNorm.
-
-    Training mode is on by default. ``nnkit.train_mode(False)`` (or ``nnkit.eval_mode()``)
-    makes Dropout the identity and BatchNorm use its running statistics. The mode is per
-    thread; ``is_training()`` reads it.
-    """
-    attribute = "train"
-
-    def __init__(self, enabled=True):
-        super().__init__(bool(enabled))
-
-
-def eval_mode():
-    """Shorthand for ``train_mode(False)``."""
-    return train_mode(False)
-
-
-def is_training():
-    """True unless this thread is inside ``train_mode(False)`` / ``eval_mode()``."""
-    return _state.train
-
-
-def is_grad_enabled():
-    """True unless this thread is inside ``no_grad()`` (ops then record no parents)."""
-    return _state.grad
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -222,36 +119,6 @@ def _gradient_from_user(value, node, where):
     return value.astype(data.dtype, copy=False)
 
 
-def _to_array(data, dtype, owner="NetVar"):
-    """The dtype policy: float arrays keep their dtype, everything else becomes nnkit's dtype."""
-    if isinstance(data, NetVar):
-        data = data._data
-    if dtype is not None and numpy.dtype(dtype).kind not in "biufc":
-        raise TypeError(f"{owner}: dtype must be a number type (float, int or bool), got {dtype}")
-    if data is None:
-        raise TypeError(f"{owner}: data is None; give numbers or an array")
-    if hasattr(data, "__cuda_array_interface__") or isinstance(data, (_ndarray, numpy.generic)):
-        if not isinstance(data, _ndarray):
-            backend.array_module(data)   # a GPU array nnkit knows (CuPy), else a clear error
-        array = data if hasattr(data, "__cuda_array_interface__") else numpy.asarray(data)
-        if dtype is not None:
-            return array.astype(dtype, copy=False)
-        if array.dtype.kind in "biu":
-            return array.astype(_default_dtype)
-        if array.dtype.kind not in "fc":
-            raise TypeError(f"{owner}: cannot hold an array of dtype {array.dtype}; "
-                            "give numbers (float, int or bool)")
-        return array
-    try:                         # lists, Python numbers, other array-likes
-        array = numpy.asarray(data, dtype=_default_dtype if dtype is None else dtype)
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"{owner}: cannot make a numeric array from {type(data).__name__}: "
-                        f"{error}") from None
-    if array.dtype.kind == "O":
-        raise TypeError(f"{owner}: cannot hold an array of Python objects")
-    return array
-
-
 def preview(array, threshold=6, precision=4, one_line=True):
     """A text picture of an array: all of it when small, its corners otherwise."""
     if array is None:
@@ -284,7 +151,7 @@ def constant(value, like=None):
     if like is not None and isinstance(value, (int, float, bool, numpy.number, list, tuple)):
         data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
     else:
-        data = _to_array(value, None, "constant")
+        data = as_array(value, None, "constant")
     node = NetVar.__new__(NetVar)
     _init_leaf(node, data, False, None)
     return node
@@ -312,7 +179,7 @@ class NetVar:
     def __init__(self, data, requires_grad=True, dtype=None, name=None):
         if not isinstance(requires_grad, (bool, numpy.bool_)):
             raise TypeError(f"NetVar: requires_grad must be True or False, got {requires_grad!r}")
-        data = _to_array(data, dtype)
+        data = as_array(data._data if isinstance(data, NetVar) else data, dtype)
         if data.ndim < 2:
             data = data.reshape(1, -1) if data.ndim == 1 else data.reshape(1, 1)
         _init_leaf(self, data, bool(requires_grad), name)
@@ -328,7 +195,7 @@ class NetVar:
         if isinstance(value, NetVar):
             value = value._data
         if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-            value = _to_array(value, self._data.dtype, f".data of {self._describe()}")
+            value = as_array(value, self._data.dtype, f".data of {self._describe()}")
             value = backend.array_module(self._data).asarray(value)
         elif value.dtype.kind not in "biuf":
             raise TypeError(f".data of {self._describe()}: cannot hold an array of dtype "

@@ -8,7 +8,7 @@ __all__ = ['pad_sequences', 'minibatches']
 import numpy
 
 from . import backend, checks
-from .core import get_dtype
+from .dtypes import get_dtype
 
 
 def _as_arrays(seqs, owner, what="seqs"):

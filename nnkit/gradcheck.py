@@ -11,7 +11,8 @@ import math
 import numpy
 
 from . import backend, checks
-from .core import NetVar, no_grad
+from .core import NetVar
+from .modes import no_grad
 
 __all__ = ['gradcheck', 'GradcheckError', 'GradcheckReport']
 

@@ -39,7 +39,8 @@ import math
 import numpy
 
 from . import backend, checks
-from .core import NetVar, get_dtype
+from .core import NetVar
+from .dtypes import get_dtype
 
 
 def _shape(shape, owner):

@@ -6,7 +6,8 @@ import math
 import numpy
 
 from .. import backend, checks
-from ..core import NetVar, get_dtype
+from ..core import NetVar
+from ..dtypes import get_dtype
 from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN

@@ -35,7 +35,8 @@ import sys
 import time
 
 from .. import backend, checks
-from ..core import NetVar, eval_mode, no_grad
+from ..core import NetVar
+from ..modes import eval_mode, no_grad
 from .hooks import History, Hook  # noqa: F401  (Hook: the hooks' base, importable from here too)
 from .metrics import MeanLoss
 

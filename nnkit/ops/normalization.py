@@ -10,7 +10,9 @@ __all__ = ['BatchNorm', 'BatchNormState', 'LayerNorm']
 import numpy
 
 from .. import backend, checks
-from ..core import NetOp, NetVar, get_dtype, is_training
+from ..core import NetOp, NetVar
+from ..dtypes import get_dtype
+from ..modes import is_training
 
 
 class BatchNormState:

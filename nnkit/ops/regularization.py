@@ -7,7 +7,8 @@ Notation: input x, output y, upstream gradient g.
 
 __all__ = ['Dropout', 'L2Reg']
 from .. import backend, checks
-from ..core import NetOp, NetVar, is_training
+from ..core import NetOp, NetVar
+from ..modes import is_training
 
 
 class Dropout(NetOp):
