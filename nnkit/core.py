@@ -24,14 +24,13 @@ _edits = 0            # global edit stamp: bumped whenever some NetVar's data is
 # block; back(trace=True) adds a recorder for one pass. The engine knows only this protocol (it
 # imports no observer), and with none attached it pays one test per op and two per backward step.
 _observers = []
-_anomaly = False      # kept in step with detect_anomaly() until every op asks observing()
 _recorder = None      # the class back(trace=True) records with; nnkit.trace registers it
 
 
-def observing(kind):
-    """True while an observer of class ``kind`` is attached (ops use it to decide whether a
-    check that reads GPU data back is wanted: only inside detect_anomaly())."""
-    return any(isinstance(observer, kind) for observer in _observers)
+def anomaly_mode():
+    """True inside ``detect_anomaly()``: an attached observer checks values, so ops may also run
+    their checks that read GPU data back to the host (skipped otherwise: one copy per call)."""
+    return any(observer.checks_values for observer in _observers)
 
 
 class _State(threading.local):

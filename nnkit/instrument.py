@@ -32,23 +32,17 @@ class detect_anomaly:
         self._saved.append(list(core._observers))
         kept = [o for o in core._observers if not isinstance(o, AnomalyChecker)]
         core._observers[:] = kept + [AnomalyChecker()] if self.enabled else kept
-        core._anomaly = self.enabled
         return self
 
     def __exit__(self, *exc):
         core._observers[:] = self._saved.pop()
-        core._anomaly = is_detecting()
         return False
-
-
-def is_detecting():
-    """True inside ``detect_anomaly()``: ops then also run checks that read GPU data back."""
-    return core.observing(AnomalyChecker)
 
 
 class AnomalyChecker:
     """The engine observer of detect_anomaly(): checks each op's value when it is built and
     each gradient it hands its parents, and each input's data against its hash at back()."""
+    checks_values = True
 
     def forward(self, node, parents):
         check_forward(node, parents)

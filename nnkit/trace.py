@@ -2,8 +2,9 @@
 
 Each step is one op's ``_back``, in execution order: the node, the upstream gradient g it
 received, the local rule (the formula lines of its docstring) and what it added to each
-parent's gradient. A Trace prints as text, shows as an HTML table in Jupyter, and draws as a
-sequence of graph pictures (``trace.frames()``, the backward pass one step at a time).
+parent's gradient. A Trace prints as text and shows as an HTML table in Jupyter; ``nnkit.viz``
+draws it (``draw(root, step=k, trace=trace)``, ``draw_trace(trace)``), and this module does not
+import viz: viz sits above it.
 """
 import html
 
@@ -58,8 +59,9 @@ class Trace(list):
     """The steps of one backward pass, in the order they ran (children before parents).
 
     ``str(trace)`` is a text listing, ``trace._repr_html_()`` a table for Jupyter,
-    ``trace.gradients(k)`` the gradients known after step k, ``trace.draw(k)`` the graph
-    with step k highlighted and ``trace.frames()`` every step as a picture.
+    ``trace.gradients(k)`` the gradients known after step k. Pictures come from ``nnkit.viz``:
+    ``nn.draw(trace.root, step=k, trace=trace)`` highlights step k, ``nn.draw_trace(trace)``
+    draws every step.
     """
 
     def __init__(self, steps=()):
@@ -92,17 +94,6 @@ class Trace(list):
                 old = known.get(parent.index)
                 known[parent.index] = added if old is None else old + added
         return known
-
-    def draw(self, step, **options):
-        """The graph with ``step`` highlighted (see ``nnkit.draw`` for the options)."""
-        from .viz import draw
-        return draw(self.root, step=step, trace=self, **options)
-
-    def frames(self, **options):
-        """Every step as a graph picture: ``nnkit.viz.Frames`` (a slider in Jupyter)."""
-        from .viz import Frames, draw
-        return Frames([draw(self.root, step=k, trace=self, **options) for k in range(len(self))],
-                      [f"step {k}: {describe(s.node)}" for k, s in enumerate(self)])
 
     def __str__(self):
         lines = []
@@ -140,6 +131,7 @@ class Trace(list):
 class Recorder:
     """The engine observer of ``back(trace=True)``: notes each step's upstream gradient and what
     it added to each parent's gradient, and gives them as a Trace."""
+    checks_values = False
 
     def __init__(self):
         self.steps = []
@@ -178,7 +170,7 @@ def trace_back(root, g=None):
     """
     if not isinstance(root, NetVar):
         raise TypeError(f"trace_back: root must be a NetVar, got {type(root).__name__}")
-    nodes = _reachable(root)
+    nodes = reachable(root)
     saved = [(node, node._g, node._g is not None and node._gshared) for node in nodes]
     for node in nodes:
         node._g = None
@@ -190,7 +182,7 @@ def trace_back(root, g=None):
             node._gshared = shared
 
 
-def _reachable(root):
+def reachable(root):
     """Every node ``root`` depends on (itself included), in creation order."""
     seen = {id(root): root}
     stack = [root]

@@ -79,7 +79,7 @@ def _index_shares(op, what, td, zd, valid, weight, ignore_index):
     keep = xp.ones(M, dtype=bool) if valid is None else valid
     if ignore_index is not None:
         keep = keep & (idx != ignore_index)
-    if xp is numpy or core._anomaly:
+    if xp is numpy or core.anomaly_mode():
         bad = keep & ((idx < 0) | (idx >= C))
         if bad.any():
             raise ValueError(f"{op}: class index {int(idx[bad][0])} is out of "

@@ -50,7 +50,7 @@ def _check_range(op, what, data, low=-numpy.inf, high=numpy.inf, hint=""):
     """
     if type(data) is numpy.ndarray:         # ufunc reductions: the cheapest test on small arrays
         smallest, largest = numpy.minimum.reduce, numpy.maximum.reduce
-    elif core._anomaly:
+    elif core.anomaly_mode():
         smallest, largest = backend.array_module(data).min, backend.array_module(data).max
     else:
         return
@@ -169,7 +169,7 @@ def _valid_mask(op, lead_shape, mask, lengths, xp):
     """
     if mask is not None and lengths is not None:
         raise ValueError(f"{op}: give either mask or lengths, not both")
-    checked = xp is numpy or core._anomaly
+    checked = xp is numpy or core.anomaly_mode()
     if lengths is not None:
         lengths = xp.asarray(lengths.data if isinstance(lengths, NetVar) else lengths)
         if len(lead_shape) != 2 or lengths.size != lead_shape[1]:

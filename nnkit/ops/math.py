@@ -83,7 +83,7 @@ def _on_host(bound):
     if bound is None:
         return None
     if hasattr(bound, "__cuda_array_interface__"):
-        return backend.to_cpu(bound) if core._anomaly else None
+        return backend.to_cpu(bound) if core.anomaly_mode() else None
     return numpy.asarray(bound)
 
 
@@ -120,7 +120,7 @@ class Where(NetOp):
         a, b = _nodes(a, b)
         xp = backend.array_module(a._data)
         cond = xp.asarray(cond._data if isinstance(cond, NetVar) else cond)
-        if cond.dtype != bool and (xp is numpy or core._anomaly):
+        if cond.dtype != bool and (xp is numpy or core.anomaly_mode()):
             bad = (cond != 0) & (cond != 1)
             if bad.any():
                 raise ValueError(f"Where: cond must hold booleans or 0/1, got "

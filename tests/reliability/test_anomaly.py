@@ -78,13 +78,13 @@ def test_anomaly_is_a_floating_point_error_and_the_mode_is_restored():
     with pytest.raises(FloatingPointError):
         with nn.detect_anomaly():
             nn.Log(x)
-    assert core._anomaly is False
+    assert not core.anomaly_mode() and not core._observers
     with nn.detect_anomaly():
         with nn.detect_anomaly(False):
             nn.Log(x)                      # switched off inside
         with pytest.raises(nn.AnomalyError):
             nn.Log(x)
-    assert core._anomaly is False
+    assert not core.anomaly_mode() and not core._observers
 
 
 def test_anomaly_with_trace_still_checks():
