@@ -493,10 +493,26 @@ for _name, _spelling in _TORCH_SPELLINGS.items():
 class NetOp(NetVar):
     """A NetVar whose ``data`` is computed once, in its constructor, from its parents.
 
-    A subclass computes its value and calls ``super().__init__(value, *parents)``, then
-    implements ``_back(self, *parents)``, adding each parent's share of ``self.g`` into the
-    parent's gradient (``parent.accumulate(...)``, or ``parent.g += ...`` as the article
-    writes it). Parents are recorded only when grad mode is on and some parent needs a gradient.
+    Every op, built-in or a user's, is written the same way:
+
+    - the constructor checks its arguments (errors name the op, the argument and the shapes),
+      computes the value with ``xp = backend.array_module(x.data)`` (NumPy or CuPy) and calls
+      ``super().__init__(value, *parents)``. Parents are recorded only when grad mode is on and
+      some parent needs a gradient;
+    - ``_back(self, *parents)`` hands each parent its share of the upstream gradient ``self.g``
+      with ``parent.accumulate(g)``, which sums a broadcast ``g`` back to the parent's shape,
+      casts it to the parent's dtype, refuses a ``g`` that cannot be summed back and ignores a
+      parent that needs no gradient; ``parent.accumulate_same_shape(g)`` skips the shape and
+      dtype tests for a ``g`` that has them by construction (one-input elementwise ops);
+      ``parent.g += ...`` works too, as the article writes it;
+    - the docstring states the forward and backward formulas (x, w, b inputs; y output;
+      g upstream gradient; B rows).
+
+    The built-in ops read the engine's slots ``x._data`` and ``self._g``: the same arrays as
+    ``x.data`` and ``self.g`` without a property call (and ``.g`` copies a gradient another
+    node shares before handing it out, which a ``_back`` that only reads it does not need).
+    Each built-in op class declares ``__slots__`` with the attributes it stores (``()`` when
+    none), so its nodes carry no ``__dict__``; a user's op may do without.
     """
     __slots__ = ()
 
