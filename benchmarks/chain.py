@@ -92,6 +92,63 @@ def tiny_chain(rounds, ops=1000, number=20):
     return [Row("W1 chain of 1,000 tiny ops, fwd+bwd", "µs/op", 1e6 / ops, times, target=2.0)]
 
 
+def tiny_chain_plain(rounds, ops=1000, number=20):
+    """W1 with plain operands: x + A (a NumPy array), · 0.9 (a Python number), tanh; µs per op.
+
+    Only x needs a gradient. The constants are what a user writes inline (``h * 0.9``,
+    ``h + mask``): nnkit must make them cost no more than node operands.
+    """
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal((1, 4)).astype(np.float32)
+    a0 = np.full((1, 4), 0.1, np.float32)
+    b = 0.9
+    kinds = [KINDS[i % 3] for i in range(ops)]
+    x = nn.NetVar(x0)
+
+    def nnkit_step():
+        x.reset()
+        run_chain(x, kinds, a0, b, nn.Tanh).back()
+        return [x.g]
+
+    def numpy_step():
+        h, saved = x0, []
+        for kind in kinds:
+            if kind == "add":
+                h = h + a0
+            elif kind == "mul":
+                h = h * b
+            else:
+                h = np.tanh(h)
+                saved.append(h)
+        g = np.ones_like(h)
+        for kind in reversed(kinds):
+            if kind == "mul":
+                g = g * b
+            elif kind == "tanh":
+                y = saved.pop()
+                g = g * (1 - y * y)
+        return [g]
+
+    contenders = {"nnkit": nnkit_step, "numpy": numpy_step}
+    reference = numpy_step()
+    check_close("W1 plain operands", nnkit_step(), reference)
+    torch = optional_torch()
+    if torch is not None:
+        xt, at = torch.tensor(x0, requires_grad=True), torch.tensor(a0)
+
+        def torch_step():
+            xt.grad = None
+            h = run_chain(xt, kinds, at, b, torch.tanh)
+            h.backward(torch.ones_like(h))
+            return [xt.grad]
+
+        check_close("W1 plain operands (PyTorch)", [v.numpy() for v in torch_step()], reference)
+        contenders["torch"] = torch_step
+    times = interleaved(contenders, rounds, number)
+    return [Row("W1 the same with a NumPy array and a Python number as operands", "µs/op",
+                1e6 / ops, times, target=2.3)]
+
+
 def _unrolled(batch, hidden, seed=0):
     """Parameters of h ← tanh(h·W + b) and the three ways to run it for ``steps`` steps."""
     rng = np.random.default_rng(seed)

@@ -37,7 +37,7 @@ from benchmarks import chain, gpu, mlp, rnn  # noqa: E402
 from benchmarks.harness import optional_torch, table, use_clock  # noqa: E402
 
 WORKLOADS = {
-    "W1": lambda rounds: chain.tiny_chain(rounds),
+    "W1": lambda rounds: chain.tiny_chain(rounds) + chain.tiny_chain_plain(rounds),
     "W2": lambda rounds: mlp.digits_epoch(rounds),
     "W3": lambda rounds: mlp.big_mlp_step(rounds),
     "W4": lambda rounds: rnn.rnn_rows(rounds),
