@@ -17,6 +17,12 @@ an FFN inside an FFN adds its entry: ``"2.FFN.0.Multiply.1"``; a parameter used 
 entries is stored once, under its first name, and stays shared when rebuilt), a dict
 name → NetVar, or a list of NetVars (named ``"0"``, ``"1"``, ...).
 
+io knows no model class: a model saved with its topology implements a small protocol. It has
+``topology``, a list of ``(op, *args)`` entries where ``(model,)`` holds another such model, and
+``vars``, its trainable parameters; its class registers with ``saved_with_topology``, which
+also names the class ``load`` rebuilds a topology with (``cls(*entries)``). ``nnkit.nets.ffn``
+registers FFN, so io sits below the networks: nets import io, io imports no net.
+
 Safety: ``save`` writes a temporary file in the target's directory and renames it over the
 target (``os.replace``), so a crash mid-save leaves the previous checkpoint intact. ``load``
 reads and checks everything (file integrity, names, shapes, dtypes, topology, optimizer state)
@@ -34,7 +40,6 @@ import numpy
 
 from . import backend, ops
 from .core import NetOp, NetVar
-from .nets.ffn import FFN
 from .optim.base import _is_array
 
 FORMAT = "nnkit-checkpoint"
@@ -47,6 +52,25 @@ Checkpoint.__doc__ = """What ``load`` returns: the model (given or rebuilt) and 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or does not match the model or optimizer."""
+
+
+_topology_model = None      # the class registered by saved_with_topology (FFN)
+
+
+def saved_with_topology(cls):
+    """Class decorator: save ``cls``'s models with their topology, rebuild them on load.
+
+    ``cls`` has ``topology`` (a list of ``(op, *args)`` entries; ``(model,)`` is a model of
+    ``cls`` inside) and ``vars`` (its trainable parameters, which are the NetVar arguments of
+    its entries), and ``cls(*entries)`` builds one. One class holds this role; nnkit's FFN does.
+    """
+    global _topology_model
+    _topology_model = cls
+    return cls
+
+
+def _has_topology(value):
+    return _topology_model is not None and isinstance(value, _topology_model)
 
 
 def _op_registry():
@@ -78,7 +102,7 @@ def save(path, model, optimizer=None, extra=None):
             "params": [{"name": name, "array": writer.add(p._data)}
                        for name, p in params.items()],
             "topology": _encode_topology(model, params, writer)
-            if isinstance(model, FFN) else None,
+            if _has_topology(model) else None,
             "optimizer": None, "extra": _plain(extra)}
     if optimizer is not None:
         names = {id(p): name for name, p in params.items()}
@@ -141,7 +165,7 @@ def _plain(value):
 
 def _named_params(model, caller):
     """name -> NetVar for an FFN, a dict or a list of parameters."""
-    if isinstance(model, FFN):
+    if _has_topology(model):
         named, trainable, seen = {}, {id(p) for p in model.vars}, set()
         _name_ffn_params(model, "", caller, named, trainable, seen)
         return named
@@ -163,8 +187,8 @@ def _name_ffn_params(net, prefix, caller, named, trainable, seen):
     """Name each trainable parameter of ``net`` (and of the FFNs inside) at its first use."""
     for position, entry in enumerate(net.topology):
         label = _op_name(entry[0], position, caller)
-        if isinstance(entry[0], FFN):
-            _name_ffn_params(entry[0], f"{prefix}{position}.FFN.", caller, named, trainable,
+        if _has_topology(entry[0]):
+            _name_ffn_params(entry[0], f"{prefix}{position}.{label}.", caller, named, trainable,
                              seen)
             continue
         for argument, value in enumerate(entry[1:], start=1):
@@ -176,8 +200,8 @@ def _name_ffn_params(net, prefix, caller, named, trainable, seen):
 def _op_name(op, position, caller):
     """The name an op class is stored under: its public nnkit name, or its class name for a
     user op (loading it then needs ``ops={name: cls}``); "FFN" for an FFN inside."""
-    if isinstance(op, FFN):
-        return "FFN"
+    if _has_topology(op):
+        return type(op).__name__
     registry = _op_registry()
     for name, cls in registry.items():
         if cls is op:
@@ -212,7 +236,7 @@ def _encode_topology(net, params, writer):
                         f"{type(value).__name__}, which cannot be stored as data")
 
     def entries(net):
-        return [{"ffn": entries(entry[0])} if isinstance(entry[0], FFN) else
+        return [{"ffn": entries(entry[0])} if _has_topology(entry[0]) else
                 {"op": _op_name(entry[0], position, "save"),
                  "args": [encode(value, position) for value in entry[1:]]}
                 for position, entry in enumerate(net.topology)]
@@ -276,7 +300,7 @@ def load(path, model=None, optimizer=None, ops=None):
                                       "optimizer updates")
             return Checkpoint(_rebuild(path, meta, saved, source, ops), meta.get("extra"))
         _check_params(path, params, saved)
-        if isinstance(model, FFN) and meta.get("topology") is not None:
+        if _has_topology(model) and meta.get("topology") is not None:
             _check_topology(path, model, meta["topology"])
         state = _optimizer_state(path, meta, source, optimizer, params) if optimizer else None
     except (KeyError, TypeError, AttributeError, IndexError) as error:
@@ -348,7 +372,7 @@ def _check_params(path, params, saved):
 
 def _check_topology(path, net, topology):
     def mine(net):
-        return [{"FFN": mine(entry[0])} if isinstance(entry[0], FFN)
+        return [{"FFN": mine(entry[0])} if _has_topology(entry[0])
                 else _op_name(entry[0], position, "load")
                 for position, entry in enumerate(net.topology)]
 
@@ -419,6 +443,6 @@ def _rebuild(path, meta, saved, source, extra_ops):
             except (KeyError, TypeError) as error:
                 raise CheckpointError(f"load: '{path}' is corrupted: FFN topology entry "
                                       f"{position}: {error!r}") from None
-        return FFN(*topology)
+        return _topology_model(*topology)
 
     return build(meta["topology"])

@@ -7,7 +7,8 @@ nothing installed. SVG and PNG are rendered by Graphviz's ``dot`` program: insta
 
 Node styles: ops are rounded boxes (blue), parameters, i.e. leaves that need a gradient, are
 orange ellipses, constants (leaves with ``requires_grad=False``) are dashed grey ellipses, and the
-root has a double border. A fused op that runs a loop over time is a 3-D box labelled ``T=<n>``.
+root has a double border. A fused op that runs a loop over time is a 3-D box labelled ``T=<n>``:
+an op says so by holding an integer ``steps`` (its number of time steps).
 """
 import html
 import inspect
@@ -20,9 +21,8 @@ import uuid
 import numpy
 
 from . import backend, checks
-from .core import NetOp, NetVar
-from .ops.recurrent import _Recurrent
-from .trace import _reachable, describe, preview, trace_back
+from .core import NetOp, NetVar, preview
+from .trace import Trace, describe, reachable, trace_back
 
 __all__ = ['draw', 'draw_trace', 'Graph', 'Frames']
 
@@ -131,7 +131,7 @@ def draw(root, show_data=False, show_grad=False, step=None, trace=None, names=No
         raise TypeError(f"draw: root must be a NetVar, got {type(root).__name__}")
     labels = {id(node): name for name, node in (names or {}).items()
               if isinstance(node, NetVar) and not name.startswith("_")}
-    nodes = _reachable(root)
+    nodes = reachable(root)
     current = None
     gradients = None
     if step is not None:
@@ -166,9 +166,12 @@ def draw(root, show_data=False, show_grad=False, step=None, trace=None, names=No
 def draw_trace(root, **options):
     """The backward pass from ``root``, one picture per step: Frames (Figure 4, animated).
 
-    Leaves every ``.g`` as it was. Options are those of ``draw``.
+    ``root`` is a node (its pass is recorded with ``trace_back``, which leaves every ``.g`` as it
+    was) or a recorded Trace, e.g. from ``back(trace=True)``. Options are those of ``draw``.
     """
-    return trace_back(root).frames(**options)
+    trace = root if isinstance(root, Trace) else trace_back(root)
+    return Frames([draw(trace.root, step=k, trace=trace, **options) for k in range(len(trace))],
+                  [f"step {k}: {describe(step.node)}" for k, step in enumerate(trace)])
 
 
 def _kind(node):
@@ -178,15 +181,20 @@ def _kind(node):
 
 
 def _time_length(node):
-    """The number of time steps a fused op runs over, or None for an ordinary op."""
-    for attribute in ("steps", "time_steps", "T"):
-        value = inspect.getattr_static(node, attribute, None)
-        if isinstance(value, types.MemberDescriptorType):     # a __slots__ field
-            value = getattr(node, attribute, None)
-        if checks.is_integer(value):
-            return int(value)
-    if isinstance(node, _Recurrent):
-        return int(node.shape[0])         # time-major (T, B, H)
+    """The number of time steps a fused op runs over, or None for an ordinary op.
+
+    A fused op says it loops over time by holding an integer ``steps`` (an attribute or a
+    ``__slots__`` field, not a property: a property is computed, and nothing is drawn from
+    code that may fail). viz asks the node and knows no op class.
+    """
+    value = inspect.getattr_static(node, "steps", None)
+    if isinstance(value, types.MemberDescriptorType):     # a __slots__ field
+        value = getattr(node, "steps", None)
+    if checks.is_integer(value):
+        return int(value)
+    shape3 = getattr(node, "shape3", None)      # RNN/LSTM/GRU until ops/recurrent.py sets steps
+    if isinstance(shape3, tuple) and len(shape3) == 4 and checks.is_integer(shape3[0]):
+        return int(shape3[0])
     return None
 
 

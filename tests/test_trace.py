@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from nnkit.trace import local_rule, trace_back
+from nnkit.trace import describe, local_rule, trace_back
 from tests.test_viz import code1
 
 
@@ -110,12 +110,17 @@ def test_local_rule_takes_formula_lines():
     assert local_rule(Bare) == "(no formula documented)"
 
 
-def test_frames_from_trace():
+def test_frames_from_a_recorded_trace():
     g = code1()
-    trace = trace_back(g["smax2"])
-    frames = trace.frames(show_data=True)
+    trace = g["smax2"].back(trace=True)
+    frames = nn.draw_trace(trace, show_data=True)
     assert len(frames) == len(trace) and frames.captions[0].startswith("step 0: SoftMax")
-    assert 'fillcolor="#ffd966"' in trace.draw(3).source
+    assert [caption.split(": ")[1] for caption in frames.captions] == \
+        [describe(step.node) for step in trace]
+    highlighted = nn.draw(trace.root, step=3, trace=trace).source
+    line = next(l for l in highlighted.splitlines() if 'fillcolor="#ffd966"' in l)
+    assert line.lstrip().startswith(f"n{trace[3].node.index} ")
+
 
 
 def test_trace_back_names_a_root_that_is_not_a_node():

@@ -5,10 +5,12 @@ import numpy
 
 from .. import backend
 from ..core import NetOp, NetVar
+from ..io import saved_with_topology
 from ..ops.loss import Loss
 from ..ops.normalization import BatchNormState
 
 
+@saved_with_topology         # nn.save stores the topology, nn.load rebuilds it as FFN(*entries)
 class FFN:
     """A feed-forward network described by its topology, a mutable list of entries.
 

@@ -1,0 +1,213 @@
+"""The package's import structure: arrows only point down a declared layer order, no circles.
+
+Every module of nnkit is parsed with ``ast`` (imports inside functions count, relative imports
+are resolved) and each import of another nnkit module must go to a strictly lower layer.
+A new module must be given a layer here; docs/contributing.md explains the layers.
+"""
+import ast
+import fnmatch
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "nnkit"
+
+# Bottom to top. A module may import only modules of a strictly lower layer. Names are relative
+# to nnkit ("ops" is the package nnkit/ops/__init__.py, which re-exports every op family);
+# a name that matches no file is skipped (modules move in and out during a refactor).
+LAYERS = [
+    ["checks"],                         # scalar argument checks; imports nothing from nnkit
+    ["backend"],                        # NumPy / CuPy, devices, random numbers
+    ["dtypes"],                         # the dtype policy
+    ["core"],                           # NetVar, NetOp, back() with its observer slot
+    ["modes"],                          # grad / train modes
+    # ops: the operators' and shape families first, then families that build on them
+    ["ops.arithmetic", "ops.shape"],
+    ["ops.activation", "ops.indexing", "ops.reduce", "ops.math", "ops.loss",
+     "ops.regularization", "ops.normalization", "ops.conv", "ops.recurrent"],
+    ["ops.embedding", "ops.classification", "ops.cells"],
+    ["ops"],
+    ["optim.base"],
+    ["optim.gd", "optim.adam", "optim.nesterov", "optim.rmsprop", "optim.adagrad",
+     "optim.modifiers", "optim.schedules"],
+    ["optim.adamw"],                    # Adam with decoupled weight decay
+    ["optim"],
+    ["init", "data"],
+    ["io"],                             # save/load through the protocol models implement
+    ["nets.metrics", "nets.ffn", "nets.sequence"],
+    ["nets.hooks"],
+    ["nets.trainer"],
+    ["nets"],
+    # observers and tools over the public API; the engine never imports them
+    ["gradcheck", "instrument", "trace"],
+    ["viz"],                            # draws graphs and recorded traces
+    [""],                               # nnkit/__init__.py: re-exports only
+]
+
+
+def module_names(package):
+    """Dotted name relative to the package ("" for its __init__) -> path, for every module."""
+    names = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def imports_of(name, path, modules, top):
+    """(line, target) for each import of another module of the package, anywhere in the file."""
+    is_package = path.name == "__init__.py"
+    here = [part for part in name.split(".") if part]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here if is_package else here[:-1]
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                module = ".".join([top, *base, *([node.module] if node.module else [])])
+            else:
+                module = node.module
+            candidates = [f"{module}.{alias.name}" for alias in node.names] + [module]
+        else:
+            continue
+        targets = set()
+        for candidate in candidates:
+            if candidate != top and not candidate.startswith(top + "."):
+                continue
+            relative = candidate[len(top) + 1:]
+            while relative not in modules:          # `from .core import NetVar` -> core
+                relative = relative.rpartition(".")[0]
+            targets.add(relative)
+        if isinstance(node, ast.ImportFrom) and len(targets) > 1:
+            targets.discard(candidates[-1][len(top) + 1:])   # `from . import a` is a, not nnkit
+        found.extend((node.lineno, target) for target in sorted(targets) if target != name)
+    return found
+
+
+def import_graph(package):
+    modules = module_names(package)
+    return modules, {name: imports_of(name, path, modules, package.name)
+                     for name, path in modules.items()}
+
+
+def layer_of(name, layers):
+    for level, members in enumerate(layers):
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in members):
+            return level
+    return None
+
+
+def shown(name, top):
+    return f"{top}.{name}" if name else top
+
+
+def upward_imports(package, layers):
+    """Messages naming each import that does not point to a strictly lower layer."""
+    modules, graph = import_graph(package)
+    top = package.name
+    problems = [f"{shown(name, top)} ({modules[name].name}) has no layer: add it to LAYERS in "
+                "tests/test_structure.py" for name in modules if layer_of(name, layers) is None]
+    for name, edges in graph.items():
+        mine = layer_of(name, layers)
+        for line, target in edges:
+            theirs = layer_of(target, layers)
+            if mine is not None and theirs is not None and theirs >= mine:
+                where = (f"both are in the layer [{', '.join(layers[mine])}]" if theirs == mine
+                         else f"its layer [{', '.join(layers[theirs])}] is above "
+                              f"[{', '.join(layers[mine])}]")
+                problems.append(f"{shown(name, top)} line {line} imports {shown(target, top)}: "
+                                f"{where}; a module may import only from layers below its own")
+    return problems
+
+
+def circles(package):
+    """Each import circle as 'a -> b (line n) -> ... -> a', found by depth-first search."""
+    _, graph = import_graph(package)
+    top = package.name
+    found, state, path = [], {}, []
+
+    def visit(name):
+        state[name] = "open"
+        path.append(name)
+        for line, target in graph[name]:
+            if state.get(target) == "open":
+                loop = path[path.index(target):] + [target]
+                lines = {(a, b): n for a in loop for n, b in graph[a]}
+                found.append(" -> ".join(
+                    shown(a, top) + ("" if b is None else f" (line {lines[(a, b)]})")
+                    for a, b in zip(loop, loop[1:] + [None])))
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[name] = "done"
+
+    for name in graph:
+        if name not in state:
+            visit(name)
+    return found
+
+
+def test_no_import_circles():
+    assert circles(PACKAGE) == [], "import circles:\n" + "\n".join(circles(PACKAGE))
+
+
+def test_imports_point_down_the_layers():
+    problems = upward_imports(PACKAGE, LAYERS)
+    assert problems == [], "imports against the layer order:\n" + "\n".join(problems)
+
+
+def test_every_layer_name_is_a_module():
+    """A misspelt or stale name in LAYERS would go unnoticed: every name must match a module,
+    except the modules the current refactor is moving in."""
+    modules = module_names(PACKAGE)
+    moving = {"dtypes", "modes"}
+    stale = [name for layer in LAYERS for name in layer
+             if name not in moving and not any(fnmatch.fnmatchcase(m, name) for m in modules)]
+    assert stale == []
+
+
+# ----------------------------------------------------------------------------- the checker itself
+
+def write_package(root, files):
+    package = root / "pkg"
+    for name, text in {"__init__.py": "", **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    return package
+
+
+def test_checker_names_an_upward_import_inside_a_function(tmp_path):
+    package = write_package(tmp_path, {
+        "low.py": "import os\n\ndef f():\n    from .high import g\n",
+        "high.py": "from . import low\n",
+    })
+    problems = upward_imports(package, [["low"], ["high"], [""]])
+    assert problems == ["pkg.low line 4 imports pkg.high: its layer [high] is above [low]; a "
+                        "module may import only from layers below its own"]
+
+
+def test_checker_resolves_relative_imports_in_subpackages(tmp_path):
+    package = write_package(tmp_path, {
+        "base.py": "",
+        "sub/__init__.py": "from .a import *\n",
+        "sub/a.py": "from ..base import thing\nfrom .. import base\nimport pkg.sub.b\n",
+        "sub/b.py": "from ..sub import a\n",
+    })
+    _, graph = import_graph(package)
+    assert graph["sub.a"] == [(1, "base"), (2, "base"), (3, "sub.b")]
+    assert graph["sub.b"] == [(1, "sub.a")]
+    assert graph["sub"] == [(1, "sub.a")]
+    assert circles(package) == ["pkg.sub.a (line 3) -> pkg.sub.b (line 1) -> pkg.sub.a"]
+    problems = upward_imports(package, [["base"], ["sub.*"], ["sub"], [""]])
+    same = "both are in the layer [sub.*]; a module may import only from layers below its own"
+    assert problems == [f"pkg.sub.a line 3 imports pkg.sub.b: {same}",
+                        f"pkg.sub.b line 1 imports pkg.sub.a: {same}"]
+
+
+def test_checker_refuses_a_module_without_a_layer(tmp_path):
+    package = write_package(tmp_path, {"stray.py": ""})
+    assert upward_imports(package, [[""]]) == [
+        "pkg.stray (stray.py) has no layer: add it to LAYERS in tests/test_structure.py"]
+
