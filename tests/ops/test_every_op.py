@@ -3,7 +3,9 @@
 One table lists, per op, a function building it from NetVars and the input shapes (several per
 op, broadcast shapes and edge cases included). On CuPy each case is also compared with the
 same case on NumPy, so a GPU-only bug in a forward value shows even where the gradient is
-consistent with it. ``test_the_table_covers_every_public_op`` keeps the table complete.
+consistent with it. ``test_the_table_covers_every_public_op`` keeps the table complete: a new
+op needs a row here (docs/contributing.md). On a GPU machine docs/gpu.md runs this file with
+tests/gpu/.
 """
 import numpy as np
 import pytest
