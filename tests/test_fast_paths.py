@@ -2,8 +2,8 @@
 
 ``a + b`` (and − × ÷) builds its node with ``object.__new__`` and ``core._link`` instead of
 running the op's constructor; back() calls ``_back`` with one or two parents spelled out;
-elementwise one-input ops hand their gradient over with ``_accumulate_elementwise``, which
-skips the shape and requires_grad tests. Each test below compares a fast path with the
+elementwise one-input ops hand their gradient over with ``accumulate_same_shape``, which
+skips the shape and dtype tests. Each test below compares a fast path with the
 general one, or with numbers worked out by hand, on a case where a mistake would show.
 """
 import operator

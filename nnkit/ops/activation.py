@@ -1,18 +1,14 @@
 """Activations: elementwise nonlinearities and the row-wise softmax.
 
 Notation: input x, output y, upstream gradient g; [c] is 1 where c holds, else 0.
-Each dx has x's shape and x needs it (the op's only input), so it goes in with
-``_accumulate_elementwise``, which tests neither.
+Each op but SoftMax and LogSoftmax is elementwise; every dx has x's shape and dtype, so it goes
+in with ``accumulate_same_shape``.
 """
 
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
            'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
-import numpy
-
 from .. import backend, checks
-from ..core import NetOp, NetVar, _link
-
-_ndarray = numpy.ndarray
+from ..core import NetOp, NetVar
 
 
 def _row_max(op, x):
@@ -42,7 +38,7 @@ class ReLU(NetOp):
         super().__init__(xp.maximum(x._data, 0), x)
 
     def _back(self, x):
-        x._accumulate_elementwise(self._g * (x._data > 0))
+        x.accumulate_same_shape(self._g * (x._data > 0))
 
 
 class LReLU(NetOp):
@@ -60,8 +56,7 @@ class LReLU(NetOp):
 
     def _back(self, x):
         xp = backend.array_module(x._data)
-        g = self._g
-        x._accumulate_elementwise(xp.where(x._data > 0, g, g * self.s))
+        x.accumulate_same_shape(xp.where(x._data > 0, self._g, self._g * self.s))
 
 
 class Sigmoid(NetOp):
@@ -76,29 +71,22 @@ class Sigmoid(NetOp):
         super().__init__(sigmoid(x._data, backend.array_module(x._data)), x)
 
     def _back(self, x):
-        gy = self._g * self._data
-        # g·y − g·y²: no Python-scalar operand (slow)
-        x._accumulate_elementwise(gy - gy * self._data)
+        x.accumulate_same_shape(self._g * self._data * (1 - self._data))
 
 
 class Tanh(NetOp):
     """Hyperbolic tangent.
 
     y = tanh(x)
-    dx = g · (1 − y²) = g − g·y·y
+    dx = g · (1 − y²)
     """
     __slots__ = ()
 
     def __init__(self, x):
-        d = x._data
-        # the hottest activation: no super() and no array_module() call for NumPy data
-        _link(self, numpy.tanh(d) if type(d) is _ndarray else backend.array_module(d).tanh(d), x)
+        super().__init__(backend.array_module(x._data).tanh(x._data), x)
 
     def _back(self, x):
-        # g − g·y·y: three array-array operations; `1 − y²` would make NumPy convert a
-        # Python scalar, the slowest part of a tiny op's backward.
-        g, y = self._g, self._data
-        x._accumulate_elementwise(g - g * y * y)
+        x.accumulate_same_shape(self._g * (1 - self._data ** 2))
 
 
 class SoftMax(NetOp):
@@ -115,9 +103,8 @@ class SoftMax(NetOp):
         super().__init__(e / e.sum(axis=-1, keepdims=True), x)
 
     def _back(self, x):
-        y = self._data
-        g = self._g
-        x._accumulate_elementwise(y * (g - (g * y).sum(axis=-1, keepdims=True)))
+        x.accumulate_same_shape(
+            self._data * (self._g - (self._g * self._data).sum(axis=-1, keepdims=True)))
 
 
 Softmax = SoftMax
@@ -134,6 +121,7 @@ class LogSoftmax(NetOp):
     y = x − max x − ln Σ e^(x − max x)
     dx = g − e^y · Σ g    (sums over the last axis)
     """
+    __slots__ = ()
 
     def __init__(self, x):
         xp = backend.array_module(x._data)
@@ -142,8 +130,7 @@ class LogSoftmax(NetOp):
 
     def _back(self, x):
         xp = backend.array_module(self._data)
-        g = self._g
-        x._accumulate_elementwise(g - xp.exp(self._data) * g.sum(axis=-1, keepdims=True))
+        x.accumulate_same_shape(self._g - xp.exp(self._data) * self._g.sum(axis=-1, keepdims=True))
 
 
 class ELU(NetOp):
@@ -152,7 +139,8 @@ class ELU(NetOp):
     y = x if x > 0 else α · (eˣ − 1)
     dx = g if x > 0 else g · (y + α)
     """
-    scale = 1.0
+    __slots__ = ("alpha",)
+    scale = 1.0       # λ of SELU
 
     def __init__(self, x, alpha=1.0):
         xp = backend.array_module(x._data)
@@ -162,9 +150,8 @@ class ELU(NetOp):
 
     def _back(self, x):
         xp = backend.array_module(x._data)
-        g = self._g
-        x._accumulate_elementwise(xp.where(x._data > 0, g * self.scale,
-                              g * (self._data + self.scale * self.alpha)))
+        x.accumulate_same_shape(xp.where(x._data > 0, self._g * self.scale,
+                                         self._g * (self._data + self.scale * self.alpha)))
 
 
 class SELU(ELU):
@@ -173,6 +160,7 @@ class SELU(ELU):
     y = λ · (x if x > 0 else α · (eˣ − 1))
     dx = g · λ if x > 0 else g · (y + λα)
     """
+    __slots__ = ()
     scale = 1.0507009873554804934193349852946
 
     def __init__(self, x):
@@ -185,22 +173,25 @@ class Softplus(NetOp):
     y = ln(1 + eˣ) = max(x, 0) + ln(1 + e^−|x|)
     dx = g · σ(x)
     """
+    __slots__ = ()
 
     def __init__(self, x):
         xp = backend.array_module(x._data)
         super().__init__(xp.maximum(x._data, 0) + xp.log1p(xp.exp(-xp.abs(x._data))), x)
 
     def _back(self, x):
-        x._accumulate_elementwise(self._g * sigmoid(x._data, backend.array_module(x._data)))
+        x.accumulate_same_shape(self._g * sigmoid(x._data, backend.array_module(x._data)))
 
 
 class GELU(NetOp):
     """Gaussian error linear unit, tanh approximation (PyTorch's ``gelu(approximate='tanh')``).
 
-    u = √(2/π) · (x + 0.044715 x³),  t = tanh u
+    t = tanh(c · (x + k x³))
     y = ½ x (1 + t)
-    dx = g · (½ (1 + t) + ½ x (1 − t²) · √(2/π) · (1 + 3 · 0.044715 x²))
+    dx = g · (½ (1 + t) + ½ x (1 − t²) · c · (1 + 3k x²))
+    c = √(2/π), k = 0.044715
     """
+    __slots__ = ("t",)
     c = 0.7978845608028654        # √(2/π)
     k = 0.044715
 
@@ -211,25 +202,24 @@ class GELU(NetOp):
         super().__init__(0.5 * xd * (1 + self.t), x)
 
     def _back(self, x):
-        xd, t = x._data, self.t
-        du = self.c * (1 + 3 * self.k * xd * xd)
-        x._accumulate_elementwise(self._g * (0.5 * (1 + t) + 0.5 * xd * (1 - t * t) * du))
+        x.accumulate_same_shape(self._g * (0.5 * (1 + self.t) + 0.5 * x._data * (1 - self.t ** 2)
+                                           * self.c * (1 + 3 * self.k * x._data ** 2)))
 
 
 class SiLU(NetOp):
     """Sigmoid-weighted linear unit, also called swish (``Swish`` is the same op).
 
-    y = x · σ(x)
-    dx = g · σ(x) · (1 + x · (1 − σ(x)))
+    y = x · s,   s = σ(x)
+    dx = g · s · (1 + x · (1 − s))
     """
+    __slots__ = ("s",)
 
     def __init__(self, x):
         self.s = sigmoid(x._data, backend.array_module(x._data))
         super().__init__(x._data * self.s, x)
 
     def _back(self, x):
-        s = self.s
-        x._accumulate_elementwise(self._g * (s * (1 + x._data * (1 - s))))
+        x.accumulate_same_shape(self._g * (self.s * (1 + x._data * (1 - self.s))))
 
 
 Swish = SiLU
@@ -242,6 +232,7 @@ class HardTanh(NetOp):
     dx = g · [lo < x < hi]   (0 at and beyond the bounds, as PyTorch's hardtanh)
     lo and hi are numbers (±inf allowed) with lo < hi.
     """
+    __slots__ = ("lo", "hi")
 
     def __init__(self, x, lo=-1.0, hi=1.0):
         lo, hi = checks.number("HardTanh", "lo", lo), checks.number("HardTanh", "hi", hi)
@@ -251,8 +242,7 @@ class HardTanh(NetOp):
         super().__init__(backend.array_module(x._data).clip(x._data, lo, hi), x)
 
     def _back(self, x):
-        xd = x._data
-        x._accumulate_elementwise(self._g * ((xd > self.lo) & (xd < self.hi)))
+        x.accumulate_same_shape(self._g * ((x._data > self.lo) & (x._data < self.hi)))
 
 
 NetVar.log_softmax = lambda x: LogSoftmax(x)

@@ -1,18 +1,7 @@
 """Arithmetic: matrix product, elementwise + − × ÷, negation, powers, exp and log.
 
 Elementwise ops broadcast as NumPy does and sum each gradient back to its input's shape.
-These ops call ``core._link(self, value, a, b)`` rather than ``super().__init__(value, a, b)``:
-the same bookkeeping without the super() lookup and the ``*parents`` call, together ~0.2 µs, a
-tenth of a tiny op's whole budget. The operators + − × ÷ go further and build the node without
-its constructor (``_operator``, at the end of this file). The four elementwise constructors
-compute directly when both operands are nodes (no helper call); ``_binary`` converts plain
-operands and words the errors.
-The hot op classes declare ``__slots__`` (empty, or their one constant): a node then carries no
-``__dict__``, which makes it smaller and ~60 ns faster to build.
-A ``_back`` tests ``requires_grad`` before computing or passing a parent's gradient: constants
-(a bias-free operand, a scalar) then cost no call and no array at all, and the gradient goes in
-with ``_accumulate``, which does not test it again. The one-input ops (−x, powers, exp, log)
-use ``_accumulate_elementwise``: their input needs the gradient and has its shape.
+Plain operands (numbers, arrays) become constants of the other operand's dtype (``_binary``).
 Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient g.
 """
 
@@ -33,10 +22,8 @@ def _nodes(a, b):
 
 
 def _binary(op, function, a, b):
-    """``(a, b, function(a, b))`` on the operands' data, as nodes, with errors naming the op.
-
-    The slow path of + − × ÷: plain operands, and the errors of the direct computation.
-    """
+    """``(a, b, function(a, b))``: the operands as nodes and the value computed from their
+    data, with errors naming the op."""
     if not isinstance(a, NetVar) or not isinstance(b, NetVar):
         a, b = _nodes(a, b)
     try:
@@ -73,20 +60,18 @@ class Multiply(NetOp):
         except TypeError:
             backend.check_same_device("Multiply", xd, wd)
             raise
-        _link(self, y, x, w)
+        super().__init__(y, x, w)
 
     def _back(self, x, w):
-        g = self._g
-        xd, wd = x._data, w._data
         if x.requires_grad:
-            x._accumulate(g @ (wd.T if wd.ndim == 2 else wd.swapaxes(-1, -2)))
+            x.accumulate(self._g @ w._data.swapaxes(-1, -2))
         if w.requires_grad:
-            if xd.ndim == 2:
-                w._accumulate(xd.T @ g)
-            elif wd.ndim == 2:      # (..., B, F) @ (F, H): sum over every leading axis at once
-                w._accumulate(xd.reshape(-1, xd.shape[-1]).T @ g.reshape(-1, g.shape[-1]))
+            if x._data.ndim > 2 and w._data.ndim == 2:
+                # (..., B, F) @ (F, H): one product over every row of every leading axis
+                w.accumulate(x._data.reshape(-1, x._data.shape[-1]).T
+                             @ self._g.reshape(-1, self._g.shape[-1]))
             else:
-                w._accumulate(xd.swapaxes(-1, -2) @ g)
+                w.accumulate(x._data.swapaxes(-1, -2) @ self._g)
 
 
 class Add(NetOp):
@@ -98,18 +83,12 @@ class Add(NetOp):
     __slots__ = ()
 
     def __init__(self, a, b):
-        try:
-            y = a._data + b._data
-        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
-            a, b, y = _binary("Add", operator.add, a, b)
-        _link(self, y, a, b)
+        a, b, y = _binary("Add", operator.add, a, b)
+        super().__init__(y, a, b)
 
     def _back(self, a, b):
-        g = self._g
-        if a.requires_grad:
-            a._accumulate(g)
-        if b.requires_grad:
-            b._accumulate(g)
+        a.accumulate(self._g)
+        b.accumulate(self._g)
 
 
 class Sub(NetOp):
@@ -121,17 +100,13 @@ class Sub(NetOp):
     __slots__ = ()
 
     def __init__(self, a, b):
-        try:
-            y = a._data - b._data
-        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
-            a, b, y = _binary("Sub", operator.sub, a, b)
-        _link(self, y, a, b)
+        a, b, y = _binary("Sub", operator.sub, a, b)
+        super().__init__(y, a, b)
 
     def _back(self, a, b):
-        if a.requires_grad:
-            a._accumulate(self._g)
+        a.accumulate(self._g)
         if b.requires_grad:
-            b._accumulate(-self._g)
+            b.accumulate(-self._g)
 
 
 class Mul(NetOp):
@@ -143,41 +118,33 @@ class Mul(NetOp):
     __slots__ = ()
 
     def __init__(self, a, b):
-        try:
-            y = a._data * b._data
-        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
-            a, b, y = _binary("Mul", operator.mul, a, b)
-        _link(self, y, a, b)
+        a, b, y = _binary("Mul", operator.mul, a, b)
+        super().__init__(y, a, b)
 
     def _back(self, a, b):
-        g = self._g
         if a.requires_grad:
-            a._accumulate(g * b._data)
+            a.accumulate(self._g * b._data)
         if b.requires_grad:
-            b._accumulate(g * a._data)
+            b.accumulate(self._g * a._data)
 
 
 class Div(NetOp):
     """Elementwise quotient, with broadcasting (division by zero gives ±inf or NaN, as NumPy).
 
     y = a / b
-    da = g / b,  db = −g · y / b
+    da = g / b,  db = −da · y
     """
     __slots__ = ()
 
     def __init__(self, a, b):
-        try:
-            y = a._data / b._data
-        except (AttributeError, ValueError, TypeError):   # a plain operand, or the op's error
-            a, b, y = _binary("Div", operator.truediv, a, b)
-        _link(self, y, a, b)
+        a, b, y = _binary("Div", operator.truediv, a, b)
+        super().__init__(y, a, b)
 
     def _back(self, a, b):
-        g_over_b = self._g / b._data
-        if a.requires_grad:
-            a._accumulate(g_over_b)
+        da = self._g / b._data
+        a.accumulate(da)
         if b.requires_grad:
-            b._accumulate(-g_over_b * self._data)
+            b.accumulate(-da * self._data)
 
 
 class Neg(NetOp):
@@ -189,10 +156,10 @@ class Neg(NetOp):
     __slots__ = ()
 
     def __init__(self, x):
-        _link(self, -x._data, x)
+        super().__init__(-x._data, x)
 
     def _back(self, x):
-        x._accumulate_elementwise(-self._g)
+        x.accumulate_same_shape(-self._g)
 
 
 class Pow(NetOp):
@@ -207,14 +174,10 @@ class Pow(NetOp):
         if isinstance(p, NetVar):
             raise TypeError("Pow: the exponent must be a constant number, not a NetVar")
         self.p = p = checks.in_range("Pow", "the exponent", p)
-        _link(self, x._data ** (int(p) if p == int(p) else p), x)
+        super().__init__(x._data ** (int(p) if p == int(p) else p), x)
 
     def _back(self, x):
-        p = self.p
-        if p == 2.0:
-            x._accumulate_elementwise(self._g * (2 * x._data))
-        else:
-            x._accumulate_elementwise(self._g * (p * x._data ** (p - 1)))
+        x.accumulate_same_shape(self._g * (self.p * x._data ** (self.p - 1)))
 
 
 class Exp(NetOp):
@@ -226,10 +189,10 @@ class Exp(NetOp):
     __slots__ = ()
 
     def __init__(self, x):
-        _link(self, backend.array_module(x._data).exp(x._data), x)
+        super().__init__(backend.array_module(x._data).exp(x._data), x)
 
     def _back(self, x):
-        x._accumulate_elementwise(self._g * self._data)
+        x.accumulate_same_shape(self._g * self._data)
 
 
 class Log(NetOp):
@@ -241,20 +204,22 @@ class Log(NetOp):
     __slots__ = ()
 
     def __init__(self, x):
-        _link(self, backend.array_module(x._data).log(x._data), x)
+        super().__init__(backend.array_module(x._data).log(x._data), x)
 
     def _back(self, x):
-        x._accumulate_elementwise(self._g / x._data)
+        x.accumulate_same_shape(self._g / x._data)
 
 
 def _operator(cls, function):
-    """``a + b`` (and − × ÷) on a node: ``cls(a, b)``, built without running its constructor.
+    """``a + b`` (and − × ÷) on a node: the node ``cls(a, b)`` would make, built here.
 
-    When both operands are nodes whose data combine, the node is made with ``object.__new__``
-    and filled in by ``_link``: the same node the constructor makes, two Python frames
-    cheaper (~0.15 µs, the largest part of a tiny op's forward overhead). Anything else
-    (a plain number or array, or operands that do not combine) goes to the constructor,
-    which converts the operand or raises the error that names the op.
+    The one place where a built-in op does not run its constructor. When both operands are
+    nodes whose data combine, the node is made with ``object.__new__`` and filled in by
+    ``core._link``, the constructor's bookkeeping with a fixed argument list: these four
+    operators are the ops a chain of tiny steps is made of, and the two Python frames of
+    ``cls(a, b)`` and ``super().__init__(value, *parents)`` would be a large part of such an
+    op's cost. Anything else (a plain number or array, or operands that do not combine) goes to
+    the constructor, which converts the operand or raises the error that names the op.
     """
     new = object.__new__
 

@@ -1,6 +1,7 @@
 """Elementwise math beyond arithmetic: Sqrt, Abs, Clip, Where, Maximum, Minimum, Sin, Cos.
 
-Binary ops broadcast as NumPy does and sum each gradient back to its input's shape.
+Binary ops broadcast as NumPy does and sum each gradient back to its input's shape; the
+elementwise one-input ops hand dx (x's shape and dtype) over with ``accumulate_same_shape``.
 Notation: input x (a, b for two inputs), output y, upstream gradient g; [c] is 1 where c holds.
 """
 
@@ -18,12 +19,13 @@ class Sqrt(NetOp):
     y = √x
     dx = g / (2y)
     """
+    __slots__ = ()
 
     def __init__(self, x):
         super().__init__(backend.array_module(x._data).sqrt(x._data), x)
 
     def _back(self, x):
-        x.accumulate(self._g / (2 * self._data))
+        x.accumulate_same_shape(self._g / (2 * self._data))
 
 
 class Abs(NetOp):
@@ -32,12 +34,13 @@ class Abs(NetOp):
     y = |x|
     dx = g · sign(x)    (the subgradient 0 at x = 0)
     """
+    __slots__ = ()
 
     def __init__(self, x):
         super().__init__(backend.array_module(x._data).abs(x._data), x)
 
     def _back(self, x):
-        x.accumulate(self._g * backend.array_module(x._data).sign(x._data))
+        x.accumulate_same_shape(self._g * backend.array_module(x._data).sign(x._data))
 
 
 class Clip(NetOp):
@@ -50,6 +53,7 @@ class Clip(NetOp):
     or a lower bound above the upper one raises ValueError (for bounds on the GPU only inside
     detect_anomaly(): checking them there would read them back at every call).
     """
+    __slots__ = ("lo", "hi")
 
     def __init__(self, x, lo=None, hi=None):
         if lo is None and hi is None:
@@ -115,6 +119,7 @@ class Where(NetOp):
     ValueError; on the GPU inside detect_anomaly()); a and b may be nodes, numbers or arrays,
     and all three broadcast together.
     """
+    __slots__ = ("cond",)
 
     def __init__(self, cond, a, b):
         a, b = _nodes(a, b)
@@ -144,6 +149,7 @@ class Where(NetOp):
 
 class _Pick(NetOp):
     """Shared by Maximum and Minimum: the chosen input gets g, ties split it in halves."""
+    __slots__ = ()
     pick = None
 
     def __init__(self, a, b):
@@ -157,8 +163,8 @@ class _Pick(NetOp):
         super().__init__(y, a, b)
 
     def _back(self, a, b):
-        dtype = self._g.dtype
-        share = (a._data == self._data).astype(dtype) - 0.5 * (a._data == b._data).astype(dtype)
+        share = ((a._data == self._data).astype(self._g.dtype)           # [a = y] − ½[a = b]
+                 - 0.5 * (a._data == b._data).astype(self._g.dtype))
         if a.requires_grad:
             a.accumulate(self._g * share)
         if b.requires_grad:
@@ -171,6 +177,7 @@ class Maximum(_Pick):
     y = max(a, b)
     da = g · ([a > b] + ½[a = b]),  db = g · ([b > a] + ½[a = b])   (ties split evenly)
     """
+    __slots__ = ()
     pick = "maximum"
 
 
@@ -180,6 +187,7 @@ class Minimum(_Pick):
     y = min(a, b)
     da = g · ([a < b] + ½[a = b]),  db = g · ([b < a] + ½[a = b])   (ties split evenly)
     """
+    __slots__ = ()
     pick = "minimum"
 
 
@@ -189,12 +197,13 @@ class Sin(NetOp):
     y = sin x
     dx = g · cos x
     """
+    __slots__ = ()
 
     def __init__(self, x):
         super().__init__(backend.array_module(x._data).sin(x._data), x)
 
     def _back(self, x):
-        x.accumulate(self._g * backend.array_module(x._data).cos(x._data))
+        x.accumulate_same_shape(self._g * backend.array_module(x._data).cos(x._data))
 
 
 class Cos(NetOp):
@@ -203,12 +212,13 @@ class Cos(NetOp):
     y = cos x
     dx = −g · sin x
     """
+    __slots__ = ()
 
     def __init__(self, x):
         super().__init__(backend.array_module(x._data).cos(x._data), x)
 
     def _back(self, x):
-        x.accumulate(-self._g * backend.array_module(x._data).sin(x._data))
+        x.accumulate_same_shape(-self._g * backend.array_module(x._data).sin(x._data))
 
 
 NetVar.sqrt = lambda x: Sqrt(x)
