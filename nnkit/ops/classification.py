@@ -29,6 +29,7 @@ class CELoss(Loss):
     p and t have one shape (..., C), B = size / C. For logits use SoftmaxCELoss, which is exact
     and stable: a p or t outside [0, 1] raises ValueError (on CuPy inside detect_anomaly()).
     """
+    __slots__ = ("pc", "B")
     eps = 1e-12
 
     def __init__(self, p, t):
@@ -107,6 +108,7 @@ class SoftmaxCELoss(Loss):
     positions as z does ((B, T) labels for (T, B, C) logits are refused); probability targets
     must lie in [0, 1] (checked on CuPy inside detect_anomaly()).
     """
+    __slots__ = ("indices", "idx", "coef", "tw", "logp", "weight")
 
     def __init__(self, z, t, mask=None, lengths=None, weight=None, ignore_index=None):
         if not isinstance(z, NetVar):
@@ -182,6 +184,7 @@ class SigmoidCELoss(Loss):
     ``weight`` (optional) broadcasts against z and rescales each element's term. A t outside
     [0, 1] raises ValueError (on CuPy inside detect_anomaly()).
     """
+    __slots__ = ("w", "N")
 
     def __init__(self, z, t, weight=None):
         z, t = _pair("SigmoidCELoss", z, t)
@@ -232,6 +235,7 @@ class NLLLoss(Loss):
     the mean is 0/0 = NaN, as in PyTorch. logp above 0 (not log-probabilities: e.g. logits)
     raises ValueError (on CuPy inside detect_anomaly()).
     """
+    __slots__ = ("idx", "coef", "rows")
 
     def __init__(self, logp, t, weight=None, ignore_index=None, mask=None, lengths=None):
         if not isinstance(logp, NetVar):
@@ -287,6 +291,7 @@ class KLDivLoss(Loss):
     ValueError (on CuPy inside detect_anomaly()) for an x or lp above 0 or a p outside [0, 1]:
     probabilities passed as x are the classic silent mistake.
     """
+    __slots__ = ("log_target", "logp", "prob", "D")
     reductions = ("batchmean", "mean", "sum")
 
     def __init__(self, x, p, reduction="batchmean", log_target=False):

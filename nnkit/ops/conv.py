@@ -84,6 +84,7 @@ class Conv2D(NetOp):
     w is (O, C, kh, kw) with O, kh, kw ≥ 1; b is (O,), (1, O) or None; stride and padding are
     an int or a (vertical, horizontal) pair.
     """
+    __slots__ = ("padding", "slices", "padded_shape", "cols")
 
     def __init__(self, x, w, b=None, stride=1, padding=0):
         x, w, b = _node(x), _node(w), _node(b)
@@ -117,19 +118,18 @@ class Conv2D(NetOp):
         super().__init__(y, *((x, w) if b is None else (x, w, b)))
 
     def _back(self, x, w, b=None):
-        g = self._g
-        wd = w._data
-        O = wd.shape[0]
-        g2 = g.transpose(1, 0, 2, 3).reshape(O, -1)
+        O = w._data.shape[0]
+        G = self._g.transpose(1, 0, 2, 3).reshape(O, -1)
         if w.requires_grad:
-            w.accumulate((g2 @ self.cols.T).reshape(wd.shape))
+            w.accumulate((G @ self.cols.T).reshape(w._data.shape))
         if b is not None and b.requires_grad:
-            b.accumulate(g.sum(axis=(0, 2, 3)).reshape(b._data.shape))
+            b.accumulate(self._g.sum(axis=(0, 2, 3)).reshape(b._data.shape))
         if x.requires_grad:
-            xp = backend.array_module(g)
+            xp = backend.array_module(self._g)
             N, C, _, _ = self.padded_shape
-            dcols = (wd.reshape(O, -1).T @ g2).reshape((C,) + wd.shape[2:] + (N,) + g.shape[2:])
-            dx = xp.zeros(self.padded_shape, dtype=g.dtype)
+            dcols = (w._data.reshape(O, -1).T @ G).reshape((C,) + w._data.shape[2:] + (N,)
+                                                             + self._g.shape[2:])
+            dx = xp.zeros(self.padded_shape, dtype=self._g.dtype)
             for i, j, window in self.slices:
                 dx[window] += dcols[:, i, j].transpose(1, 0, 2, 3)
             x.accumulate(_crop(dx, self.padding))
@@ -138,6 +138,7 @@ class Conv2D(NetOp):
 class _Pool(NetOp):
     """Shared by the pools: the window geometry on the input padded with ``fill``, and the
     gradient added back window by window then cropped to x's shape."""
+    __slots__ = ("padding", "padded_shape", "slices", "geometry")
 
     def _windows(self, x, size, stride, padding, fill):
         op = type(self).__name__
@@ -176,6 +177,7 @@ class MaxPool2D(_Pool):
     size, stride and padding are an int or a (vertical, horizontal) pair; padding is at most
     half the window on each axis; windows that would run past the padded edge are dropped.
     """
+    __slots__ = ("arg",)
 
     def __init__(self, x, size, stride=None, padding=0):
         x = _node(x)
@@ -201,6 +203,7 @@ class AvgPool2D(_Pool):
     size, stride and padding are an int or a (vertical, horizontal) pair; padding is at most
     half the window on each axis.
     """
+    __slots__ = ("divisor",)
 
     def __init__(self, x, size, stride=None, padding=0, count_include_pad=True):
         checks.flag("AvgPool2D", "count_include_pad", count_include_pad)

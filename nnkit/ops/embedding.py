@@ -22,6 +22,7 @@ class Embedding(NetOp):
     PyTorch's ``embedding``) whose lookups read the row as it is but never train it: its dtable
     row stays 0. ``self.padding_idx`` holds it in [0, V).
     """
+    __slots__ = ("padding_idx", "idx")
 
     def __init__(self, indices, table, padding_idx=None):
         td = table._data

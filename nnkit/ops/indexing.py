@@ -51,6 +51,7 @@ class GetItem(NetOp):
     index: ints, slices (negative steps too), None / newaxis, Ellipsis, integer arrays or lists,
     boolean masks, or a tuple of these; NetVars of integer or boolean dtype are used as their data.
     """
+    __slots__ = ("key", "repeats")
 
     def __init__(self, x, index):
         xp = backend.array_module(x._data)
@@ -103,6 +104,7 @@ class Concat(NetOp):
     dxᵢ = the slice of g that xᵢ occupies
     Every input must have the same shape except along ``axis``.
     """
+    __slots__ = ("axis", "ends")
 
     def __init__(self, xs, axis=0):
         xs = _join_inputs("Concat", xs)
@@ -130,6 +132,7 @@ class Stack(NetOp):
     y[…, i, …] = xᵢ   (i along the new axis)
     dxᵢ = g[…, i, …]
     """
+    __slots__ = ("axis",)
 
     def __init__(self, xs, axis=0):
         xs = _join_inputs("Stack", xs)
@@ -185,6 +188,7 @@ class Flatten(Reshape):
     The default start=1 keeps the first (batch) axis: (B, C, H, W) → (B, C·H·W). Use start=0 for
     a 1-D result.
     """
+    __slots__ = ()
 
     def __init__(self, x, start=1, end=-1):
         shape = tuple(x.shape)
@@ -222,6 +226,7 @@ class Pad(NetOp):
     dx = g with the padding cut off
     pad_width: an int, one (before, after) pair for every axis, or one pair per axis.
     """
+    __slots__ = ("widths",)
 
     def __init__(self, x, pad_width, value=0.0):
         shape = tuple(x.shape)
@@ -243,6 +248,7 @@ class Broadcast(NetOp):
     y = broadcast(x, shape)
     dx = g summed over the broadcast axes
     """
+    __slots__ = ()
 
     def __init__(self, x, shape):
         shape = (shape,) if isinstance(shape, Integral) else tuple(shape)

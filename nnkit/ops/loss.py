@@ -48,15 +48,10 @@ def _check_range(op, what, data, low=-numpy.inf, high=numpy.inf, hint=""):
     Reading the values back from a GPU would cost a device-to-host copy at every step, so CuPy
     data is checked only inside ``nnkit.detect_anomaly()``.
     """
-    if type(data) is numpy.ndarray:         # ufunc reductions: the cheapest test on small arrays
-        smallest, largest = numpy.minimum.reduce, numpy.maximum.reduce
-    elif core.anomaly_mode():
-        smallest, largest = backend.array_module(data).min, backend.array_module(data).max
-    else:
+    if type(data) is not numpy.ndarray and not core.anomaly_mode():
         return
-    if (low > -numpy.inf and smallest(data, None) < low) or \
-            (high < numpy.inf and largest(data, None) > high):
-        xp = backend.array_module(data)
+    xp = backend.array_module(data)
+    if (low > -numpy.inf and xp.min(data) < low) or (high < numpy.inf and xp.max(data) > high):
         raise ValueError(f"{op}: {what} of shape {tuple(data.shape)}: values in "
                          f"[{float(xp.nanmin(data)):.4g}, {float(xp.nanmax(data)):.4g}] lie "
                          f"outside [{low:g}, {high:g}]{hint}")
@@ -87,6 +82,7 @@ class L1Loss(Loss):
     y = Σ |p − t| / B
     dp = g · sign(p − t) / B,  dt = −dp
     """
+    __slots__ = ("r", "B")
 
     def __init__(self, p, t):
         p, t = _pair("L1Loss", p, t)
@@ -108,6 +104,7 @@ class L2Loss(Loss):
     y = Σ (p − t)² / 2B
     dp = g · (p − t) / B,  dt = −dp
     """
+    __slots__ = ("r", "B")
 
     def __init__(self, p, t):
         p, t = _pair("L2Loss", p, t)
@@ -130,6 +127,7 @@ class HuberLoss(Loss):
     y = Σ huber_d(r) / B
     dp = g · clip(r, −d, d) / B,  dt = −dp
     """
+    __slots__ = ("d", "r", "B")
 
     def __init__(self, p, t, d=1.0):
         d = checks.in_range("HuberLoss", "the threshold d", d, 0, low_open=True)
@@ -210,6 +208,7 @@ class MSELoss(Loss):
     refused, and so are lengths outside [0, T]. When the mask keeps nothing the mean is
     0/0 = NaN, as in PyTorch.
     """
+    __slots__ = ("r", "n")
 
     def __init__(self, p, t, mask=None, lengths=None):
         p, t = _pair("MSELoss", p, t)
@@ -234,6 +233,6 @@ class MSELoss(Loss):
 
     def _back(self, p, t):
         dp = _upstream(self) * 2 * self.r / self.n
-        p.accumulate(dp.astype(p._data.dtype, copy=False))
+        p.accumulate(dp)
         if t.requires_grad:
             t.accumulate(-dp)

@@ -70,6 +70,8 @@ class _Normalization(NetOp):
     ``stat_axes`` are the axes the statistics run over, ``param_axes`` those γ and β are
     broadcast along, ``pshape`` the shape γ and β take to broadcast against x.
     """
+    __slots__ = ("xhat", "inv", "batch_stats", "has_gamma", "has_beta", "param_axes",
+                 "pshape")
 
     def _check_parameters(self, x, gamma, beta):
         """Refuse a gamma or beta that is not a NetVar (or None) with one value per feature."""
@@ -97,20 +99,19 @@ class _Normalization(NetOp):
         super().__init__(y, *(p for p in (x, gamma, beta) if p is not None))
 
     def _back(self, x, *params):
-        g = self._g
         gamma = params[0] if self.has_gamma else None
         beta = params[-1] if self.has_beta else None
         if x.requires_grad:
-            dxhat = g if gamma is None else g * gamma._data.reshape(self.pshape)
+            dxhat = self._g if gamma is None else self._g * gamma._data.reshape(self.pshape)
             if self.batch_stats:
-                axes, xhat = self.stat_axes, self.xhat
-                dxhat = (dxhat - dxhat.mean(axis=axes, keepdims=True)
-                         - xhat * (dxhat * xhat).mean(axis=axes, keepdims=True))
+                dxhat = (dxhat - dxhat.mean(axis=self.stat_axes, keepdims=True) - self.xhat
+                         * (dxhat * self.xhat).mean(axis=self.stat_axes, keepdims=True))
             x.accumulate(self.inv * dxhat)
         if gamma is not None and gamma.requires_grad:
-            gamma.accumulate((g * self.xhat).sum(axis=self.param_axes).reshape(gamma._data.shape))
+            gamma.accumulate((self._g * self.xhat).sum(axis=self.param_axes)
+                             .reshape(gamma._data.shape))
         if beta is not None and beta.requires_grad:
-            beta.accumulate(g.sum(axis=self.param_axes).reshape(beta._data.shape))
+            beta.accumulate(self._g.sum(axis=self.param_axes).reshape(beta._data.shape))
 
 
 def _standardize(xd, axes, eps):
@@ -138,6 +139,7 @@ class BatchNorm(_Normalization):
     only once the output exists: a refused call, detect_anomaly()'s included, leaves them as
     they were.
     """
+    __slots__ = ("stat_axes",)
     feature_axis = 1
 
     def __init__(self, x, gamma, beta, state):
@@ -185,6 +187,7 @@ class LayerNorm(_Normalization):
     dγ = Σ g · x̂,  dβ = Σ g   (sums over every axis but the last)
     eps must be positive and finite.
     """
+    __slots__ = ()
     feature_axis = -1
     stat_axes = (-1,)
 

@@ -143,6 +143,8 @@ class _Recurrent(NetOp):
     ``offsets[t]:offsets[t] + sizes[t]`` and its rows continue the first ``sizes[t]`` rows of
     step t − 1. Every per-step array (inputs, states, gate values, their gradients) is packed.
     """
+    __slots__ = ("dense", "rows", "shape3", "order", "sizes", "offsets", "Xp", "initial", "Hp",
+                 "final_position", "_final_refs", "_final_g", "_no_gradient")
     gates = 1          # k: W is (F, k·H)
     states = 1         # 1 (h) or 2 (h, c)
     two_biases = False     # b is [b_i; b_h] (2, k·H) rather than one (k·H,) bias
@@ -271,13 +273,12 @@ class _Recurrent(NetOp):
     def _back(self, x, W, R, b, *initial):
         xp = backend.array_module(self._data)
         T, B, F, H = self.shape3
-        g = self._g
-        if g is self._no_gradient:
+        if self._g is self._no_gradient:
             G = xp.zeros_like(self.Hp)             # only the final states got a gradient
         elif self.dense:
-            G = g.reshape(T * B, H).copy()
+            G = self._g.reshape(T * B, H).copy()
         else:
-            G = g.reshape(T * B, H)[self.rows]
+            G = self._g.reshape(T * B, H)[self.rows]
         carries = []
         for which in range(self.states):
             gT = self._final_g[which]
@@ -317,6 +318,7 @@ class RecurrentState(NetOp):
     d(op) = g, added to that step's state gradient inside the op's BPTT
     Get it as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
     """
+    __slots__ = ("which",)
 
     def __init__(self, op, which=0):
         if not isinstance(op, _Recurrent):
@@ -348,6 +350,7 @@ class RNN(_Recurrent):
     each sequence at its own last step. PyTorch ``nn.RNN``: W = weight_ih_l0ᵀ,
     R = weight_hh_l0ᵀ, b = bias_ih_l0 + bias_hh_l0 (``nonlinearity`` = activation).
     """
+    __slots__ = ("activation",)
 
     def __init__(self, x, W, R, b, h0=None, lengths=None, activation='tanh'):
         if activation not in _ACTIVATIONS:
@@ -394,6 +397,7 @@ class LSTM(_Recurrent):
     its own last step. PyTorch ``nn.LSTM``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ,
     b = bias_ih_l0 + bias_hh_l0 (a forget-gate bias of 1 is b[H:2H] = 1).
     """
+    __slots__ = ("Cp", "TCp", "Zp")
     gates = 4
     states = 2
 
@@ -465,6 +469,7 @@ class GRU(_Recurrent):
     h_{t−1}·R_n + b_h,n, so the two biases differ); h0 (B, H) or (1, H); lengths (B,).
     PyTorch ``nn.GRU``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ, b = stack([bias_ih_l0, bias_hh_l0]).
     """
+    __slots__ = ("Un", "Zp")
     gates = 3
     two_biases = True
 

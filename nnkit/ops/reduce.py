@@ -51,6 +51,7 @@ class Sum(NetOp):
     y = Σ_axis x
     dx = expand(g)   (g copied along the summed axes)
     """
+    __slots__ = ("axes", "keepdims")
 
     def __init__(self, x, axis=None, keepdims=False):
         self.axes, self.keepdims = reduced_axes("Sum", x, axis, keepdims)
@@ -67,6 +68,7 @@ class Mean(NetOp):
     y = Σ_axis x / n     (n: number of elements averaged)
     dx = expand(g) / n
     """
+    __slots__ = ("axes", "keepdims")
 
     def __init__(self, x, axis=None, keepdims=False):
         self.axes, self.keepdims = reduced_axes("Mean", x, axis, keepdims)
@@ -99,6 +101,7 @@ def _spread(node, a, x):
 
 class _Extreme(NetOp):
     """Shared by Max and Min: the reduction and the tie-splitting backward."""
+    __slots__ = ("axes", "keepdims")
     reduce = None
 
     def __init__(self, x, axis=None, keepdims=False):
@@ -125,6 +128,7 @@ class Max(_Extreme):
     Unlike PyTorch's ``x.max(dim)``, y is the values alone, not a (values, indices) pair: take
     the indices with ``x.argmax(axis)`` (``x.max(1)[0]`` is the maximum of row 0).
     """
+    __slots__ = ()
     reduce = "max"
 
 
@@ -134,6 +138,7 @@ class Min(_Extreme):
     y = min_axis x
     dx = expand(g) · [x = y] / n_ties   (tied minima split the gradient evenly)
     """
+    __slots__ = ()
     reduce = "min"
 
 
@@ -143,6 +148,7 @@ class LogSumExp(NetOp):
     y = m + ln Σ_axis e^(x − m),   m = max_axis x (taken as 0 where it is ±inf)
     dx = expand(g) · e^(x − y)     (the softmax over the reduced axes)
     """
+    __slots__ = ("axes", "keepdims")
 
     def __init__(self, x, axis=None, keepdims=False):
         self.axes, self.keepdims = reduced_axes("LogSumExp", x, axis, keepdims)
@@ -168,6 +174,7 @@ class Var(NetOp):
     y = Σ_axis (x − x̄)² / (n − ddof),   x̄ = mean_axis x
     dx = expand(g) · 2 (x − x̄) / (n − ddof)
     """
+    __slots__ = ("axes", "keepdims", "dof", "centred")
 
     def __init__(self, x, axis=None, keepdims=False, ddof=0):
         self.axes, self.keepdims = reduced_axes("Var", x, axis, keepdims)
@@ -196,6 +203,7 @@ class Norm(NetOp):
     y = √(Σ_axis x²)
     dx = expand(g) · x / y,  and 0 where y = 0 (a safe subgradient: no NaN at x = 0)
     """
+    __slots__ = ("axes", "keepdims")
 
     def __init__(self, x, axis=None, keepdims=False):
         self.axes, self.keepdims = reduced_axes("Norm", x, axis, keepdims)
@@ -219,6 +227,7 @@ class CosineSimilarity(NetOp):
     da = g · (b / (nₐ n_b) − y · a / nₐ² · [‖a‖ > eps]),  db likewise with a and b swapped
     (below eps the norm is the constant eps, so the gradient is that of y as computed)
     """
+    __slots__ = ("a", "b", "axis", "na", "nb", "eps", "denominator", "y")
 
     def __init__(self, a, b, axis=-1, eps=1e-8):
         a, b = _nodes(a, b)
@@ -255,6 +264,7 @@ class ArgMax(NetOp):
     y = argmax_axis x   (integer data; not differentiable, so y never needs a gradient)
     Ties give the first maximum. Usable as an index: ``x[..., y]``, Embedding, losses.
     """
+    __slots__ = ()
 
     def __init__(self, x, axis=None, keepdims=False):
         axes, keepdims = reduced_axes("ArgMax", x, axis, keepdims)

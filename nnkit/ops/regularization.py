@@ -19,6 +19,7 @@ class Dropout(NetOp):
     evaluation (``with nnkit.eval_mode():``) or p = 0:   y = x,  dx = g
     p must be in [0, 1). The expected value of y equals x, so nothing changes at evaluation.
     """
+    __slots__ = ("mask",)
 
     def __init__(self, x, p=0.5):
         p = checks.in_range("Dropout", "p", p, 0, 1, high_open=True)
@@ -32,7 +33,7 @@ class Dropout(NetOp):
         super().__init__(y, x)
 
     def _back(self, x):
-        x.accumulate(self._g if self.mask is None else self._g * self.mask)
+        x.accumulate_same_shape(self._g if self.mask is None else self._g * self.mask)
 
 
 class L2Reg(NetOp):
@@ -44,6 +45,7 @@ class L2Reg(NetOp):
     Σ(loss per row) / B + r/(2B)·Σ‖W‖². ``loss`` must hold one value; ``params`` is a list of
     NetVars (e.g. ``net.vars``); ``r`` a finite number ≥ 0.
     """
+    __slots__ = ("scale",)
 
     def __init__(self, loss, params, r, batch_size=1):
         if not isinstance(loss, NetVar):

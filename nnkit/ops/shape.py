@@ -67,6 +67,7 @@ class Reshape(NetOp):
     y = reshape(x, shape)
     dx = reshape(g, x.shape)
     """
+    __slots__ = ()
 
     def __init__(self, x, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -90,6 +91,7 @@ class Transpose(NetOp):
     dx = transpose(g, inverse(axes))
     ``axes`` names every axis of x once, in its new order (negative ones count from the end).
     """
+    __slots__ = ("axes",)
 
     def __init__(self, x, axes=None):
         ndim = x._data.ndim
