@@ -299,11 +299,6 @@ class NetVar:
             self._gshared = False
         mine += g
 
-    # The names the built-in ops used before there was one dialect; removed once every op file
-    # calls accumulate / accumulate_same_shape.
-    _accumulate = accumulate
-    _accumulate_elementwise = accumulate_same_shape
-
     def reset(self):
         """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
         self._g = None
