@@ -11,11 +11,9 @@ root has a double border. A fused op that runs a loop over time is a 3-D box lab
 an op says so by holding an integer ``steps`` (its number of time steps).
 """
 import html
-import inspect
 import pathlib
 import shutil
 import subprocess
-import types
 import uuid
 
 import numpy
@@ -181,21 +179,10 @@ def _kind(node):
 
 
 def _time_length(node):
-    """The number of time steps a fused op runs over, or None for an ordinary op.
-
-    A fused op says it loops over time by holding an integer ``steps`` (an attribute or a
-    ``__slots__`` field, not a property: a property is computed, and nothing is drawn from
-    code that may fail). viz asks the node and knows no op class.
-    """
-    value = inspect.getattr_static(node, "steps", None)
-    if isinstance(value, types.MemberDescriptorType):     # a __slots__ field
-        value = getattr(node, "steps", None)
-    if checks.is_integer(value):
-        return int(value)
-    shape3 = getattr(node, "shape3", None)      # RNN/LSTM/GRU until ops/recurrent.py sets steps
-    if isinstance(shape3, tuple) and len(shape3) == 4 and checks.is_integer(shape3[0]):
-        return int(shape3[0])
-    return None
+    """The number of time steps a fused op runs over (its integer ``steps``), or None for an
+    ordinary op: viz asks the node and knows no op class."""
+    steps = getattr(node, "steps", None)
+    return int(steps) if checks.is_integer(steps) else None
 
 
 def _label(node, name, show_data, gradients, inline):

@@ -143,7 +143,7 @@ class _Recurrent(NetOp):
     ``offsets[t]:offsets[t] + sizes[t]`` and its rows continue the first ``sizes[t]`` rows of
     step t − 1. Every per-step array (inputs, states, gate values, their gradients) is packed.
     """
-    __slots__ = ("dense", "rows", "shape3", "order", "sizes", "offsets", "Xp", "initial", "Hp",
+    __slots__ = ("steps", "dense", "rows", "shape3", "order", "sizes", "offsets", "Xp", "initial", "Hp",
                  "final_position", "_final_refs", "_final_g", "_no_gradient")
     gates = 1          # k: W is (F, k·H)
     states = 1         # 1 (h) or 2 (h, c)
@@ -185,6 +185,7 @@ class _Recurrent(NetOp):
             self.rows = xp.asarray(t * B + order[j])      # packed position -> row of (T·B)
             Xp = xd.reshape(T * B, F)[self.rows]
         self.shape3 = (T, B, F, H)
+        self.steps = T              # graph drawings show the op as one box over T steps
         self.order = xp.asarray(order)
         self.sizes, self.offsets = sizes.tolist(), offsets.tolist()
         self.Xp = Xp
