@@ -139,20 +139,29 @@ def _init_leaf(node, data, requires_grad, name):
     node._name = name
 
 
-def constant(value, like=None):
+def constant(value, like=None, dtype=None):
     """A NetVar that needs no gradient, holding ``value`` as it is (no row promotion).
 
     A Python number or list adopts the dtype (and device) of ``like``, as a Python scalar
-    operand does in NumPy 2.
+    operand does in NumPy 2; ``dtype`` sets one (``dtype=bool`` keeps a mask boolean).
     """
     if isinstance(value, NetVar):
         return value
-    if like is not None and isinstance(value, (int, float, bool, numpy.number, list, tuple)):
+    if dtype is None and type(value) is _ndarray and value.dtype.kind == "f":
+        data = value              # the dtype policy keeps a float array as it is
+    elif like is not None and dtype is None and isinstance(
+            value, (int, float, bool, numpy.number, list, tuple)):
         data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
     else:
-        data = as_array(value, None, "constant")
+        data = as_array(value, dtype, "constant")
+    # A constant sets only what the engine reads on every node; the other slots (_name,
+    # _version, _gshared) are read with a default or written before they are read.
     node = NetVar.__new__(NetVar)
-    _init_leaf(node, data, False, None)
+    node._data = data
+    node._g = None
+    node.requires_grad = False
+    node._parents = ()
+    node._index = next(_counter)
     return node
 
 

@@ -32,6 +32,9 @@ def as_array(data, dtype=None, owner="NetVar"):
         raise TypeError(f"{owner}: dtype must be a number type (float, int or bool), got {dtype}")
     if data is None:
         raise TypeError(f"{owner}: data is None; give numbers or an array")
+    if isinstance(data, (str, bytes)):           # NumPy would parse "2" as the number 2
+        raise TypeError(f"{owner}: cannot make a numeric array from {type(data).__name__} "
+                        f"{data!r}; give numbers or an array")
     if hasattr(data, "__cuda_array_interface__") or isinstance(data, (_ndarray, numpy.generic)):
         if not isinstance(data, _ndarray):
             backend.array_module(data)   # a GPU array nnkit knows (CuPy), else a clear error

@@ -598,3 +598,10 @@ def test_a_user_op_handing_a_wrong_shape_fails_at_back():
     y = x * 1.0
     with pytest.raises(ValueError, match=r"shape \(1, 4\) cannot be summed back to Mul"):
         (RowSum(y) + y).sum().back()                  # y's second contribution: in place
+
+
+def test_a_string_is_never_parsed_as_a_number():
+    for make in (lambda: nn.NetVar("2"), lambda: nn.constant("2.5"),
+                 lambda: nn.NetVar([1.0]) * "2"):
+        with pytest.raises(TypeError, match=r"cannot make a numeric array from str '2"):
+            make()

@@ -24,6 +24,7 @@ LAYERS = [
     ["ops.activation", "ops.indexing", "ops.reduce", "ops.math", "ops.loss",
      "ops.regularization", "ops.normalization", "ops.conv", "ops.recurrent"],
     ["ops.embedding", "ops.classification", "ops.cells"],
+    ["ops.surface"],                    # NetVar's operators and methods, over every family
     ["ops"],
     ["optim.base"],
     ["optim.gd", "optim.adam", "optim.nesterov", "optim.rmsprop", "optim.adagrad",

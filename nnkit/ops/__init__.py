@@ -1,10 +1,11 @@
-"""The op catalogue, one module per family. Importing it gives NetVar its operators.
+"""The op catalogue, one module per family. Importing it gives NetVar its operators and methods
+(``surface``: the one table of them).
 
 Each family module lists its public names in ``__all__``; they are re-exported here and from
 ``nnkit``.
 """
 from . import (activation, arithmetic, cells, classification, conv, embedding, indexing, loss,
-               math, normalization, recurrent, reduce, regularization, shape)
+               math, normalization, recurrent, reduce, regularization, shape, surface)
 from .arithmetic import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403

@@ -8,7 +8,7 @@ in with ``accumulate_same_shape``.
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
            'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
 from .. import backend, checks
-from ..core import NetOp, NetVar
+from ..core import NetOp
 
 
 def _row_max(op, x):
@@ -108,11 +108,6 @@ class SoftMax(NetOp):
 
 
 Softmax = SoftMax
-
-NetVar.relu = lambda x: ReLU(x)
-NetVar.sigmoid = lambda x: Sigmoid(x)
-NetVar.tanh = lambda x: Tanh(x)
-NetVar.softmax = lambda x: SoftMax(x)
 
 
 class LogSoftmax(NetOp):
@@ -243,6 +238,3 @@ class HardTanh(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * ((x._data > self.lo) & (x._data < self.hi)))
-
-
-NetVar.log_softmax = lambda x: LogSoftmax(x)

@@ -9,7 +9,7 @@ __all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log']
 import operator
 
 from .. import backend, checks
-from ..core import NetOp, NetVar, _link, constant
+from ..core import NetOp, NetVar, constant
 
 
 def _nodes(a, b):
@@ -208,48 +208,3 @@ class Log(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g / x._data)
-
-
-def _operator(cls, function):
-    """``a + b`` (and − × ÷) on a node: the node ``cls(a, b)`` would make, built here.
-
-    The one place where a built-in op does not run its constructor. When both operands are
-    nodes whose data combine, the node is made with ``object.__new__`` and filled in by
-    ``core._link``, the constructor's bookkeeping with a fixed argument list: these four
-    operators are the ops a chain of tiny steps is made of, and the two Python frames of
-    ``cls(a, b)`` and ``super().__init__(value, *parents)`` would be a large part of such an
-    op's cost. Anything else (a plain number or array, or operands that do not combine) goes to
-    the constructor, which converts the operand or raises the error that names the op.
-    """
-    new = object.__new__
-
-    def apply(a, b):
-        try:
-            y = function(a._data, b._data)
-        except (AttributeError, ValueError, TypeError):
-            return cls(a, b)
-        return _link(new(cls), y, a, b)
-
-    apply.__name__ = apply.__qualname__ = f"__{function.__name__}__"
-    return apply
-
-
-def _install_operators():
-    """Give NetVar its operators: + − * / @ ** and unary −."""
-    NetVar.__add__ = _operator(Add, operator.add)
-    NetVar.__radd__ = lambda a, b: Add(b, a)
-    NetVar.__sub__ = _operator(Sub, operator.sub)
-    NetVar.__rsub__ = lambda a, b: Sub(b, a)
-    NetVar.__mul__ = _operator(Mul, operator.mul)
-    NetVar.__rmul__ = lambda a, b: Mul(b, a)
-    NetVar.__truediv__ = _operator(Div, operator.truediv)
-    NetVar.__rtruediv__ = lambda a, b: Div(b, a)
-    NetVar.__matmul__ = lambda a, b: Multiply(a, b)
-    NetVar.__rmatmul__ = lambda a, b: Multiply(b, a)
-    NetVar.__pow__ = lambda a, p: Pow(a, p)
-    NetVar.__neg__ = lambda a: Neg(a)
-    NetVar.exp = lambda a: Exp(a)
-    NetVar.log = lambda a: Log(a)
-
-
-_install_operators()

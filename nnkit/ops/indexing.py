@@ -11,7 +11,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar, constant
-from .shape import Reshape, keyword_error, normalize_axis
+from .shape import Reshape, normalize_axis
 
 
 def scatter_add(target, index, values):
@@ -264,22 +264,3 @@ class Broadcast(NetOp):
 
     def _back(self, x):
         x.accumulate(self._g)
-
-
-def _flatten(x, start=1, end=-1, **keywords):
-    if keywords:
-        raise keyword_error("flatten", keywords)
-    return Flatten(x, start, end)
-
-
-def _expand(x, *shape, **keywords):
-    if keywords:
-        raise keyword_error("expand", keywords)
-    return Broadcast(x, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
-                     else shape)
-
-
-NetVar.__getitem__ = lambda x, index: GetItem(x, index)
-NetVar.flatten = _flatten
-NetVar.expand = _expand
-NetVar.broadcast_to = lambda x, shape: Broadcast(x, shape)

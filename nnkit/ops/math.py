@@ -219,11 +219,3 @@ class Cos(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(-self._g * backend.array_module(x._data).sin(x._data))
-
-
-NetVar.sqrt = lambda x: Sqrt(x)
-NetVar.abs = lambda x: Abs(x)
-NetVar.__abs__ = lambda x: Abs(x)
-NetVar.clip = lambda x, lo=None, hi=None: Clip(x, lo, hi)
-NetVar.sin = lambda x: Sin(x)
-NetVar.cos = lambda x: Cos(x)

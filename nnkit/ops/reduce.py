@@ -13,9 +13,9 @@ __all__ = ['Sum', 'Mean', 'Max', 'Min', 'LogSumExp', 'Var', 'Norm', 'CosineSimil
 import numpy
 
 from .. import backend, checks
-from ..core import NetOp, NetVar
+from ..core import NetOp
 from .arithmetic import _nodes
-from .shape import keyword_error, normalize_axes, normalize_axis
+from .shape import normalize_axes, normalize_axis
 
 
 def reduced_axes(op, x, axis, keepdims):
@@ -275,32 +275,3 @@ class ArgMax(NetOp):
         _check_not_empty("ArgMax", x, axes)
         xp = backend.array_module(x._data)
         super().__init__(xp.asarray(x._data.argmax(axis=axis, keepdims=keepdims)))
-
-
-def _method(name, op, hint=""):
-    """The NetVar method ``name``: ``x.name(axis=None, keepdims=False)`` builds ``op``."""
-    def method(x, axis=None, keepdims=False, **keywords):
-        if keywords:
-            raise keyword_error(name, keywords, hint)
-        return op(x, axis, keepdims)
-    method.__name__ = method.__qualname__ = name
-    return method
-
-
-def _var(x, axis=None, keepdims=False, ddof=0, **keywords):
-    if keywords:
-        raise keyword_error("var", keywords, " (ddof=1 for the unbiased estimate)")
-    return Var(x, axis, keepdims, ddof)
-
-
-_NO_ORDER = ("; nnkit's norm is always the L2 norm, and its first argument is the axis, not "
-             "PyTorch's or NumPy's order p")
-
-NetVar.sum = _method("sum", Sum)
-NetVar.mean = _method("mean", Mean)
-NetVar.max = _method("max", Max)
-NetVar.min = _method("min", Min)
-NetVar.logsumexp = _method("logsumexp", LogSumExp)
-NetVar.var = _var
-NetVar.norm = _method("norm", Norm, _NO_ORDER)
-NetVar.argmax = _method("argmax", ArgMax)

@@ -11,7 +11,7 @@ from numbers import Integral
 
 import numpy
 
-from ..core import NetOp, NetVar
+from ..core import NetOp
 
 
 def normalize_axes(op, axes, ndim, where, name="axis", expected="an int or a tuple of ints"):
@@ -112,22 +112,3 @@ class Transpose(NetOp):
         x.accumulate(self._g.transpose(tuple(numpy.argsort(self.axes))))
 
 
-def _reshape(x, *shape, **keywords):
-    if keywords:
-        raise keyword_error("reshape", keywords)
-    return Reshape(x, *shape)
-
-
-def _transpose(x, *axes, **keywords):
-    if keywords:
-        raise keyword_error("transpose", keywords, "; give the new order of every axis, e.g. "
-                            "x.transpose(1, 0, 2)")
-    if not axes:
-        return Transpose(x)
-    return Transpose(x, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list))
-                     else axes)
-
-
-NetVar.reshape = _reshape
-NetVar.transpose = _transpose
-NetVar.T = property(lambda x: Transpose(x))

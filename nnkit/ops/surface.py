@@ -1,0 +1,170 @@
+"""NetVar's surface: the operators and methods that make ``a + b``, ``x @ w``, ``x.sum(axis)``,
+``x.T``, ``x[i]`` and ``x > 0`` work, in one table.
+
+Every entry builds the op of the same name (``x.sum(1)`` is ``Sum(x, 1)``), with one exception
+written once, below: the fast path of ``+ − × ÷``. Comparisons give boolean constants (no
+gradient), usable as masks and with ``Where``. The methods take ``**keywords`` only to answer
+PyTorch's spellings (``dim=``, ``keepdim=``) with nnkit's; PyTorch's attribute names
+(``backward``, ``grad``, ...) raise AttributeError naming nnkit's.
+"""
+import operator
+
+import numpy
+
+from ..core import NetVar, _link, constant
+from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
+from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, Sub
+from .indexing import Broadcast, Flatten, GetItem
+from .math import Abs, Clip, Cos, Sin, Sqrt
+from .reduce import ArgMax, LogSumExp, Max, Mean, Min, Norm, Sum, Var
+from .shape import Reshape, Transpose, keyword_error
+
+__all__ = []
+
+_ndarray = numpy.ndarray
+
+
+# ----------------------------------------------------------------------------- operators
+
+def _operator(cls, function):
+    """``a + b`` (and − × ÷) for a node ``a``: the node ``cls(a, b)`` would make, built here.
+
+    The one place where a built-in op does not run its constructor. These four operators are
+    the ops a chain of tiny steps is made of, and the two Python frames of ``cls(a, b)`` and
+    ``super().__init__(value, *parents)`` would be a large part of such an op's cost; so the
+    node is made with ``object.__new__`` and filled in by ``core._link``, the constructor's
+    bookkeeping with a fixed argument list. A Python number or a NumPy float array becomes a
+    constant first, as the constructor would make it. Anything else, or operands whose data do
+    not combine, go to the constructor, which converts them or raises the error naming the op.
+    """
+    new = object.__new__
+
+    def apply(a, b):
+        if not isinstance(b, NetVar):
+            if not _plain(b):
+                return cls(a, b)
+            b = constant(b, a)
+        try:
+            y = function(a._data, b._data)
+        except (ValueError, TypeError):
+            return cls(a, b)
+        return _link(new(cls), y, a, b)
+
+    def reflected(a, b):            # b + a with b a plain operand: the constant comes first
+        if not _plain(b):
+            return cls(b, a)
+        b = constant(b, a)
+        try:
+            y = function(b._data, a._data)
+        except (ValueError, TypeError):
+            return cls(b, a)
+        return _link(new(cls), y, b, a)
+
+    apply.__name__ = apply.__qualname__ = f"__{function.__name__}__"
+    reflected.__name__ = reflected.__qualname__ = f"__r{function.__name__}__"
+    return apply, reflected
+
+
+def _plain(value):
+    """A Python number or a NumPy float array: an operand the fast path makes a constant of."""
+    kind = type(value)
+    return kind is float or kind is int or (kind is _ndarray and value.dtype.kind == "f")
+
+
+def _comparison(function):
+    """``x < y`` and the like: a boolean constant (``y`` a node, a number or an array)."""
+    def compare(a, b):
+        values = function(a._data, b._data if isinstance(b, NetVar) else b)
+        return constant(values, dtype=bool)
+    compare.__name__ = compare.__qualname__ = f"__{function.__name__}__"
+    return compare
+
+
+# ----------------------------------------------------------------------------- methods
+
+def _reduction(name, op, hint=""):
+    """``x.name(axis=None, keepdims=False)`` builds ``op(x, axis, keepdims)``."""
+    def method(x, axis=None, keepdims=False, **keywords):
+        if keywords:
+            raise keyword_error(name, keywords, hint)
+        return op(x, axis, keepdims)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _var(x, axis=None, keepdims=False, ddof=0, **keywords):
+    if keywords:
+        raise keyword_error("var", keywords, " (ddof=1 for the unbiased estimate)")
+    return Var(x, axis, keepdims, ddof)
+
+
+def _reshape(x, *shape, **keywords):
+    if keywords:
+        raise keyword_error("reshape", keywords)
+    return Reshape(x, *shape)
+
+
+def _transpose(x, *axes, **keywords):
+    if keywords:
+        raise keyword_error("transpose", keywords, "; give the new order of every axis, e.g. "
+                            "x.transpose(1, 0, 2)")
+    if not axes:
+        return Transpose(x)
+    return Transpose(x, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list))
+                     else axes)
+
+
+def _flatten(x, start=1, end=-1, **keywords):
+    if keywords:
+        raise keyword_error("flatten", keywords)
+    return Flatten(x, start, end)
+
+
+def _expand(x, *shape, **keywords):
+    if keywords:
+        raise keyword_error("expand", keywords)
+    return Broadcast(x, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
+                     else shape)
+
+
+_NO_ORDER = ("; nnkit's norm is always the L2 norm, and its first argument is the axis, not "
+             "PyTorch's or NumPy's order p")
+
+
+# ----------------------------------------------------------------------------- the table
+
+_add, _radd = _operator(Add, operator.add)
+_sub, _rsub = _operator(Sub, operator.sub)
+_mul, _rmul = _operator(Mul, operator.mul)
+_div, _rdiv = _operator(Div, operator.truediv)
+
+SURFACE = {
+    # arithmetic
+    "__add__": _add, "__radd__": _radd, "__sub__": _sub, "__rsub__": _rsub,
+    "__mul__": _mul, "__rmul__": _rmul, "__truediv__": _div, "__rtruediv__": _rdiv,
+    "__matmul__": lambda a, b: Multiply(a, b), "__rmatmul__": lambda a, b: Multiply(b, a),
+    "__pow__": lambda a, p: Pow(a, p), "__neg__": lambda a: Neg(a),
+    "__abs__": lambda x: Abs(x),
+    # comparisons: boolean constants
+    "__lt__": _comparison(operator.lt), "__le__": _comparison(operator.le),
+    "__gt__": _comparison(operator.gt), "__ge__": _comparison(operator.ge),
+    "__eq__": _comparison(operator.eq), "__ne__": _comparison(operator.ne),
+    # elementwise functions
+    "exp": lambda x: Exp(x), "log": lambda x: Log(x), "sqrt": lambda x: Sqrt(x),
+    "abs": lambda x: Abs(x), "sin": lambda x: Sin(x), "cos": lambda x: Cos(x),
+    "clip": lambda x, lo=None, hi=None: Clip(x, lo, hi),
+    "relu": lambda x: ReLU(x), "sigmoid": lambda x: Sigmoid(x), "tanh": lambda x: Tanh(x),
+    "softmax": lambda x: SoftMax(x), "log_softmax": lambda x: LogSoftmax(x),
+    # reductions
+    "sum": _reduction("sum", Sum), "mean": _reduction("mean", Mean),
+    "max": _reduction("max", Max), "min": _reduction("min", Min),
+    "logsumexp": _reduction("logsumexp", LogSumExp), "var": _var,
+    "norm": _reduction("norm", Norm, _NO_ORDER), "argmax": _reduction("argmax", ArgMax),
+    # shapes and indexing
+    "reshape": _reshape, "transpose": _transpose, "T": property(lambda x: Transpose(x)),
+    "__getitem__": lambda x, index: GetItem(x, index), "flatten": _flatten,
+    "expand": _expand, "broadcast_to": lambda x, shape: Broadcast(x, shape),
+}
+
+for _name, _entry in SURFACE.items():
+    setattr(NetVar, _name, _entry)

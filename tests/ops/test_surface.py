@@ -1,0 +1,88 @@
+"""NetVar's surface (nnkit/ops/surface.py): operators with plain operands, comparisons, the table."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+from nnkit.ops.surface import SURFACE
+from tests.conftest import var64
+
+PLAIN = [2.5, 3, np.full((1, 4), 0.5), np.arange(1.0, 5.0)]
+
+
+@pytest.mark.parametrize("operand", PLAIN, ids=["float", "int", "row", "1-D array"])
+@pytest.mark.parametrize("name, cls, function", [
+    ("add", nn.Add, np.add), ("sub", nn.Sub, np.subtract), ("mul", nn.Mul, np.multiply),
+    ("truediv", nn.Div, np.divide)])
+def test_a_plain_operand_makes_the_node_the_constructor_makes(name, cls, function, operand, rng):
+    x = var64(rng, 3, 4, positive=True)
+    for node, reference, values in [
+            (getattr(x, f"__{name}__")(operand), cls(x, operand), function(x.data, operand)),
+            (getattr(x, f"__r{name}__")(operand), cls(operand, x), function(operand, x.data))]:
+        assert type(node) is cls and node.dtype == reference.dtype == np.float64
+        np.testing.assert_allclose(node.data, values, rtol=1e-15)
+        np.testing.assert_array_equal(node.data, reference.data)
+        assert len(node.parents) == 2 and not any(p.requires_grad for p in node.parents
+                                                  if p is not x)
+        g = rng.standard_normal(node.shape)
+        x.reset()
+        node.back(g)
+        mine = x.g.copy()
+        x.reset()
+        reference.back(g)
+        np.testing.assert_array_equal(mine, x.g)
+
+
+def test_a_number_operand_keeps_the_nodes_dtype_and_an_array_promotes():
+    x = nn.NetVar(np.ones((1, 2), np.float32))
+    assert (x * 0.5).dtype == (0.5 - x).dtype == (x * np.float64(0.5)).dtype == np.float32
+    assert (x + np.ones((1, 2))).dtype == np.float64
+    assert (x + np.ones((1, 2), np.float32)).dtype == np.float32
+
+
+def test_plain_operands_that_do_not_fit_fail_naming_the_op(rng):
+    x = var64(rng, 3, 4)
+    with pytest.raises(ValueError, match=r"Add: cannot broadcast \(3, 4\) with \(5,\)"):
+        x + np.ones(5)
+    with pytest.raises(ValueError, match=r"Sub: cannot broadcast \(2,\) with \(3, 4\)"):
+        np.ones(2) - x
+    with pytest.raises(TypeError, match=r"constant: cannot make a numeric array from str"):
+        x * "2"
+    assert (x + [1.0, 2.0, 3.0, 4.0]).shape == (3, 4)        # a list: through the constructor
+    assert type(x + True) is nn.Add                           # a bool: through the constructor
+
+
+@pytest.mark.parametrize("symbol, function", [
+    ("<", np.less), ("<=", np.less_equal), (">", np.greater), (">=", np.greater_equal),
+    ("==", np.equal), ("!=", np.not_equal)])
+def test_comparisons_give_boolean_constants(symbol, function, rng):
+    x = nn.NetVar(np.array([[-1.0, 0.0, 2.0]]))
+    y = nn.NetVar(np.array([[0.0, 0.0, 1.0]]))
+    for other, values in [(0.0, function(x.data, 0.0)), (y, function(x.data, y.data)),
+                          (y.data, function(x.data, y.data))]:
+        mask = eval(f"x {symbol} other")
+        assert isinstance(mask, nn.NetVar) and mask.dtype == bool and not mask.requires_grad
+        np.testing.assert_array_equal(mask.data, values)
+
+
+def test_a_comparison_is_a_mask_for_where_and_indexing():
+    x = nn.NetVar(np.array([[-1.0, 0.5, 2.0]]))
+    y = nn.Where((x > 0).data, x, x * 0.1)
+    y.sum().back()
+    np.testing.assert_allclose(x.g, [[0.1, 1.0, 1.0]])
+    np.testing.assert_array_equal(x[(x > 0).data].data, [0.5, 2.0])
+
+
+def test_equality_is_elementwise_but_nodes_stay_hashable_by_identity():
+    a, b = nn.NetVar([1.0, 2.0]), nn.NetVar([1.0, 2.0])
+    assert (a == b).data.all() and not (a != b).data.any()
+    assert len({a, b}) == 2 and {a: 1, b: 2}[b] == 2           # dicts and sets use identity
+
+
+def test_the_table_holds_every_method_that_builds_an_op():
+    x = nn.NetVar(np.array([[1.0, 4.0]]))
+    for name, entry in SURFACE.items():
+        assert getattr(nn.NetVar, name) is entry, name
+    assert isinstance(x.sqrt(), nn.Sqrt) and isinstance(x.T, nn.Transpose)
+    assert isinstance(abs(x), nn.Abs) and isinstance(x.sum(axis=1), nn.Sum)
+    with pytest.raises(TypeError, match=r"sum\(\): nnkit spells the axis argument axis=, not dim="):
+        x.sum(dim=1)
