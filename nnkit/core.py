@@ -147,8 +147,12 @@ def constant(value, like=None, dtype=None):
     """
     if isinstance(value, NetVar):
         return value
-    if dtype is None and type(value) is _ndarray and value.dtype.kind == "f":
+    kind = type(value)
+    if dtype is None and kind is _ndarray and value.dtype.kind == "f":
         data = value              # the dtype policy keeps a float array as it is
+    elif (kind is float or kind is int) and like is not None and dtype is None and \
+            type(like._data) is _ndarray:
+        data = numpy.asarray(value, like._data.dtype)
     elif like is not None and dtype is None and isinstance(
             value, (int, float, bool, numpy.number, list, tuple)):
         data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
