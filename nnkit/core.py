@@ -473,29 +473,6 @@ class NetVar:
     __hash__ = object.__hash__
 
 
-# PyTorch's spellings, answered with nnkit's. Each is a property that raises AttributeError on
-# reading and on assignment (so hasattr() is False). Not __getattr__: a class that defines it
-# makes every attribute access of its instances slower, the engine's included.
-_TORCH_SPELLINGS = {
-    "backward": "back()", "grad": ".g (assign .g = None or call reset() to clear it)",
-    "zero_grad": "reset()", "zero_": "reset() for the gradient", "requires_grad_":
-    "requires_grad = True", "cpu": "to_cpu()", "cuda": "to_gpu()", "to": "to_gpu() / to_cpu()",
-    "view": "reshape()", "permute": "transpose()", "dim": "ndim", "numel": "size",
-    "grad_fn": "parents", "is_leaf": "not parents",
-}
-
-
-def _spelled_differently(name, spelling):
-    def refuse(self, value=None):
-        raise AttributeError(f"{type(self).__name__} has no attribute '{name}': "
-                             f"nnkit spells it {spelling}")
-    return property(refuse, refuse)
-
-
-for _name, _spelling in _TORCH_SPELLINGS.items():
-    setattr(NetVar, _name, _spelled_differently(_name, _spelling))
-
-
 # ----------------------------------------------------------------------------- NetOp
 
 class NetOp(NetVar):

@@ -131,6 +131,25 @@ _NO_ORDER = ("; nnkit's norm is always the L2 norm, and its first argument is th
              "PyTorch's or NumPy's order p")
 
 
+# PyTorch's attribute names, answered with nnkit's. Each is a property that raises AttributeError on
+# reading and on assignment (so hasattr() is False). Not __getattr__: a class that defines it
+# makes every attribute access of its instances slower, the engine's included.
+_TORCH_SPELLINGS = {
+    "backward": "back()", "grad": ".g (assign .g = None or call reset() to clear it)",
+    "zero_grad": "reset()", "zero_": "reset() for the gradient", "requires_grad_":
+    "requires_grad = True", "cpu": "to_cpu()", "cuda": "to_gpu()", "to": "to_gpu() / to_cpu()",
+    "view": "reshape()", "permute": "transpose()", "dim": "ndim", "numel": "size",
+    "grad_fn": "parents", "is_leaf": "not parents",
+}
+
+
+def _spelled_differently(name, spelling):
+    def refuse(self, value=None):
+        raise AttributeError(f"{type(self).__name__} has no attribute '{name}': "
+                             f"nnkit spells it {spelling}")
+    return property(refuse, refuse)
+
+
 # ----------------------------------------------------------------------------- the table
 
 _add, _radd = _operator(Add, operator.add)
@@ -165,6 +184,9 @@ SURFACE = {
     "__getitem__": lambda x, index: GetItem(x, index), "flatten": _flatten,
     "expand": _expand, "broadcast_to": lambda x, shape: Broadcast(x, shape),
 }
+
+SURFACE.update({name: _spelled_differently(name, spelling)
+                for name, spelling in _TORCH_SPELLINGS.items()})
 
 for _name, _entry in SURFACE.items():
     setattr(NetVar, _name, _entry)
