@@ -50,15 +50,8 @@ def _operator(cls, function):
             return cls(a, b)
         return _link(new(cls), y, a, b)
 
-    def reflected(a, b):            # b + a with b a plain operand: the constant comes first
-        if not _plain(b):
-            return cls(b, a)
-        b = constant(b, a)
-        try:
-            y = function(b._data, a._data)
-        except (ValueError, TypeError):
-            return cls(b, a)
-        return _link(new(cls), y, b, a)
+    def reflected(a, b):            # b + a, b a plain operand: rarer, the constructor makes it
+        return cls(b, a)
 
     apply.__name__ = apply.__qualname__ = f"__{function.__name__}__"
     reflected.__name__ = reflected.__qualname__ = f"__r{function.__name__}__"
