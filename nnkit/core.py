@@ -535,33 +535,6 @@ class NetOp(NetVar):
                 "accumulates each input's gradient")
 
 
-def _link(node, data, a, b=None):
-    """``NetOp.__init__`` for the built-in one- and two-input ops; returns ``node``.
-
-    The same bookkeeping with a fixed argument list and no ``super()``: Python then runs the
-    call inside the caller's frame (a ``*parents`` call is not inlined), which is a tenth of a
-    tiny op's cost. The operators + − × ÷ build their node with ``object.__new__`` and this,
-    skipping the constructor's frames altogether.
-    """
-    if type(data) is not _ndarray:
-        data = _as_op_array(data)
-    node._data = data
-    node._g = None
-    node._index = next(_counter)
-    if (a.requires_grad or (b is not None and b.requires_grad)) and (
-            not _grad_off or _state.grad):
-        node.requires_grad = True
-        node._parents = (a,) if b is None else (a, b)
-        node._pversion = _edits
-    else:
-        node.requires_grad = False
-        node._parents = ()
-    if _observers:
-        for observer in _observers:
-            observer.forward(node, (a,) if b is None else (a, b))
-    return node
-
-
 def _as_op_array(data):
     if isinstance(data, NetVar):
         return data._data

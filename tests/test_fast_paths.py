@@ -1,7 +1,7 @@
 """The engine's fast paths make the same nodes and gradients as the general ones.
 
-``a + b`` (and − × ÷) builds its node with ``object.__new__`` and ``core._link`` instead of
-running the op's constructor; back() calls ``_back`` with one or two parents spelled out;
+``a + b`` (and − × ÷) builds its node with ``object.__new__`` and ``NetOp.__init__`` instead
+of running the op's constructor; back() calls ``_back`` with one or two parents spelled out;
 elementwise one-input ops hand their gradient over with ``accumulate_same_shape``, which
 skips the shape and dtype tests. Each test below compares a fast path with the
 general one, or with numbers worked out by hand, on a case where a mistake would show.
@@ -129,7 +129,7 @@ def test_accumulate_sums_a_broadcast_gradient_at_every_contribution():
     np.testing.assert_array_equal(b.g, np.full((1, 3), 8.0))
 
 
-def test_link_counts_as_an_op_for_graph_collection():
+def test_operator_built_nodes_count_as_ops_for_graph_collection():
     # a graph built only by operators is collected, ordered and freed like any other
     x = nn.NetVar(np.ones((1, 2)))
     h = x

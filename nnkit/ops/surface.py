@@ -11,7 +11,7 @@ import operator
 
 import numpy
 
-from ..core import NetVar, _link, constant
+from ..core import NetOp, NetVar, constant
 from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
 from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, Sub
 from .indexing import Broadcast, Flatten, GetItem
@@ -30,14 +30,14 @@ def _operator(cls, function):
     """``a + b`` (and − × ÷) for a node ``a``: the node ``cls(a, b)`` would make, built here.
 
     The one place where a built-in op does not run its constructor. These four operators are
-    the ops a chain of tiny steps is made of, and the two Python frames of ``cls(a, b)`` and
-    ``super().__init__(value, *parents)`` would be a large part of such an op's cost; so the
-    node is made with ``object.__new__`` and filled in by ``core._link``, the constructor's
-    bookkeeping with a fixed argument list. A Python number or a NumPy float array becomes a
-    constant first, as the constructor would make it. Anything else, or operands whose data do
-    not combine, go to the constructor, which converts them or raises the error naming the op.
+    the ops a chain of tiny steps is made of, and the frames of ``cls(a, b)`` and ``super()``
+    would be a large part of such an op's cost; so the node is made with ``object.__new__``
+    and filled in by ``NetOp.__init__``, the bookkeeping every op's constructor ends with. A
+    Python number or a NumPy float array becomes a constant first, as the constructor would
+    make it. Anything else, or operands whose data do not combine, go to the constructor, which
+    converts them or raises the error naming the op.
     """
-    new = object.__new__
+    new, init = object.__new__, NetOp.__init__
 
     def apply(a, b):
         if not isinstance(b, NetVar):
@@ -48,7 +48,9 @@ def _operator(cls, function):
             y = function(a._data, b._data)
         except (ValueError, TypeError):
             return cls(a, b)
-        return _link(new(cls), y, a, b)
+        node = new(cls)
+        init(node, y, a, b)
+        return node
 
     def reflected(a, b):            # b + a, b a plain operand: rarer, the constructor makes it
         return cls(b, a)
