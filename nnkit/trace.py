@@ -9,7 +9,8 @@ import viz: viz sits above it.
 import html
 
 from . import core
-from .core import NetVar, preview
+from .arraylike import preview
+from .core import NetVar
 
 __all__ = ['Trace', 'TraceStep', 'trace_back']
 

@@ -19,7 +19,8 @@ import uuid
 import numpy
 
 from . import backend, checks
-from .core import NetOp, NetVar, preview
+from .arraylike import preview
+from .core import NetOp, NetVar
 from .trace import Trace, describe, reachable, trace_back
 
 __all__ = ['draw', 'draw_trace', 'Graph', 'Frames']

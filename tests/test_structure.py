@@ -17,6 +17,7 @@ LAYERS = [
     ["checks"],                         # scalar argument checks; imports nothing from nnkit
     ["backend"],                        # NumPy / CuPy, devices, random numbers
     ["dtypes"],                         # the dtype policy
+    ["arraylike"],                      # what a node offers as the array it holds
     ["core"],                           # NetVar, NetOp, back() with its observer slot
     ["modes"],                          # grad / train modes
     # ops: the operators' and shape families first, then families that build on them
