@@ -158,6 +158,15 @@ def draw(root, show_data=False, show_grad=False, step=None, trace=None, names=No
         for parent in node.parents:
             flowing = ' [color="#c00000", penwidth=2, dir=back]' if node is current else ""
             lines.append(f"  n{parent.index} -> n{node.index}{flowing};")
+        kept = getattr(node, "constant", None)       # a number or array the op keeps (x * 0.5)
+        if kept is not None:
+            value = numpy.asarray(kept)             # a Python number or a NumPy array
+            text = ["constant", str(value.shape)] + (
+                _values("data", value, inline) if show_data else [])
+            listed = ", ".join(f'{key}="{value}"' for key, value in dict(
+                _STYLE["constant"], label="\\n".join(_escape(t) for t in text)).items())
+            lines.append(f"  k{node.index} [{listed}];")
+            lines.append(f"  k{node.index} -> n{node.index};")
     lines.append("}")
     return Graph("\n".join(lines) + "\n")
 

@@ -61,10 +61,15 @@ def test_operator_under_no_grad_records_no_parents():
 @pytest.mark.parametrize("function, op", OPERATORS, ids=lambda v: getattr(v, "__name__", ""))
 def test_operator_with_plain_operands_and_bad_shapes_takes_the_constructor(function, op):
     a = nn.NetVar(np.ones((2, 3)))
-    y = function(a, 2.0)
-    assert type(y) is op and y.parents[0] is a and not y.parents[1].requires_grad
+    y = function(a, 2.0)                       # the op keeps the number, as its constructor does
+    reference = op(a, 2.0)
+    assert type(y) is op and y.parents == reference.parents == (a,)
+    assert y.constant == reference.constant == 2.0
+    assert y.requires_grad and reference.requires_grad
     with pytest.raises(ValueError, match=rf"{op.__name__}: cannot broadcast \(2, 3\) with \(4,\)"):
         function(a, nn.NetVar(np.ones((1, 4))).reshape(4))
+    with pytest.raises(ValueError, match=rf"{op.__name__}: cannot broadcast \(2, 3\) with \(4,\)"):
+        function(a, np.ones(4))
 
 
 def test_anomaly_mode_checks_nodes_built_by_the_operators():

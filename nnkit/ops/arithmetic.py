@@ -1,15 +1,20 @@
 """Arithmetic: matrix product, elementwise + − × ÷, negation, powers, exp and log.
 
 Elementwise ops broadcast as NumPy does and sum each gradient back to its input's shape.
-Plain operands (numbers, arrays) become constants of the other operand's dtype (``_binary``).
+A plain second operand of + − × ÷ (a Python number or a NumPy float array) stays with the op as
+its ``constant``; other plain operands become constant nodes of the other operand's dtype.
 Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient g.
 """
 
 __all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log']
 import operator
 
+import numpy
+
 from .. import backend, checks
 from ..core import NetOp, NetVar, constant
+
+_ndarray = numpy.ndarray
 
 
 def _nodes(a, b):
@@ -26,14 +31,44 @@ def _binary(op, function, a, b):
     data, with errors naming the op."""
     if not isinstance(a, NetVar) or not isinstance(b, NetVar):
         a, b = _nodes(a, b)
+    return a, b, _compute(op, function, a._data, b._data)
+
+
+def _compute(op, function, a, b):
+    """``function(a, b)`` on arrays (or a number ``b``), with errors naming the op."""
     try:
-        return a, b, function(a._data, b._data)
+        return function(a, b)
     except ValueError:
-        raise ValueError(f"{op}: cannot broadcast {tuple(a.shape)} with {tuple(b.shape)}") \
-            from None
+        raise ValueError(f"{op}: cannot broadcast {tuple(a.shape)} with "
+                         f"{tuple(getattr(b, 'shape', ()))}") from None
     except TypeError:
-        backend.check_same_device(op, a._data, b._data)
+        backend.check_same_device(op, a, b)
         raise
+
+
+def plain(value):
+    """A Python number or a NumPy float array: an operand + − × ÷ keep as their ``constant``."""
+    kind = type(value)
+    return kind is float or kind is int or (kind is _ndarray and value.dtype.kind == "f")
+
+
+class _Elementwise(NetOp):
+    """+ − × ÷: the value of ``function(a, b)``, broadcast as NumPy does.
+
+    A plain second operand (``plain(b)``) stays with the op as ``constant``: it needs no
+    gradient, so the node has one parent, ``a``, and no constant node is made for it.
+    """
+    __slots__ = ("constant",)
+    function = None
+
+    def __init__(self, a, b):
+        op = type(self).__name__
+        if isinstance(a, NetVar) and plain(b):
+            self.constant = b
+            super().__init__(_compute(op, self.function, a._data, b), a)
+        else:
+            a, b, y = _binary(op, self.function, a, b)
+            super().__init__(y, a, b)
 
 
 class Multiply(NetOp):
@@ -74,76 +109,65 @@ class Multiply(NetOp):
                 w.accumulate(x._data.swapaxes(-1, -2) @ self._g)
 
 
-class Add(NetOp):
+class Add(_Elementwise):
     """Elementwise sum (e.g. adding a bias), with broadcasting.
 
     y = a + b
     da = g,  db = g   (each summed over the axes it was broadcast along)
     """
     __slots__ = ()
+    function = operator.add
 
-    def __init__(self, a, b):
-        a, b, y = _binary("Add", operator.add, a, b)
-        super().__init__(y, a, b)
-
-    def _back(self, a, b):
+    def _back(self, a, b=None):
         a.accumulate(self._g)
-        b.accumulate(self._g)
+        if b is not None:
+            b.accumulate(self._g)
 
 
-class Sub(NetOp):
+class Sub(_Elementwise):
     """Elementwise difference, with broadcasting.
 
     y = a − b
     da = g,  db = −g
     """
     __slots__ = ()
+    function = operator.sub
 
-    def __init__(self, a, b):
-        a, b, y = _binary("Sub", operator.sub, a, b)
-        super().__init__(y, a, b)
-
-    def _back(self, a, b):
+    def _back(self, a, b=None):
         a.accumulate(self._g)
-        if b.requires_grad:
+        if b is not None and b.requires_grad:
             b.accumulate(-self._g)
 
 
-class Mul(NetOp):
+class Mul(_Elementwise):
     """Elementwise product, with broadcasting.
 
     y = a · b
     da = g · b,  db = g · a
     """
     __slots__ = ()
+    function = operator.mul
 
-    def __init__(self, a, b):
-        a, b, y = _binary("Mul", operator.mul, a, b)
-        super().__init__(y, a, b)
-
-    def _back(self, a, b):
+    def _back(self, a, b=None):
         if a.requires_grad:
-            a.accumulate(self._g * b._data)
-        if b.requires_grad:
+            a.accumulate(self._g * (self.constant if b is None else b._data))
+        if b is not None and b.requires_grad:
             b.accumulate(self._g * a._data)
 
 
-class Div(NetOp):
+class Div(_Elementwise):
     """Elementwise quotient, with broadcasting (division by zero gives ±inf or NaN, as NumPy).
 
     y = a / b
     da = g / b,  db = −da · y
     """
     __slots__ = ()
+    function = operator.truediv
 
-    def __init__(self, a, b):
-        a, b, y = _binary("Div", operator.truediv, a, b)
-        super().__init__(y, a, b)
-
-    def _back(self, a, b):
-        da = self._g / b._data
+    def _back(self, a, b=None):
+        da = self._g / (self.constant if b is None else b._data)
         a.accumulate(da)
-        if b.requires_grad:
+        if b is not None and b.requires_grad:
             b.accumulate(-da * self._data)
 
 

@@ -13,7 +13,7 @@ import numpy
 
 from ..core import NetOp, NetVar, constant
 from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
-from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, Sub
+from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, Sub, plain
 from .indexing import Broadcast, Flatten, GetItem
 from .math import Abs, Clip, Cos, Sin, Sqrt
 from .reduce import ArgMax, LogSumExp, Max, Mean, Min, Norm, Sum, Var
@@ -33,24 +33,31 @@ def _operator(cls, function):
     the ops a chain of tiny steps is made of, and the frames of ``cls(a, b)`` and ``super()``
     would be a large part of such an op's cost; so the node is made with ``object.__new__``
     and filled in by ``NetOp.__init__``, the bookkeeping every op's constructor ends with. A
-    Python number or a NumPy float array becomes a constant first, as the constructor would
-    make it. Anything else, or operands whose data do not combine, go to the constructor, which
-    converts them or raises the error naming the op.
+    Python number or a NumPy float array is kept as the op's ``constant``, as the constructor
+    keeps it. Anything else, or operands whose data do not combine, go to the constructor,
+    which converts them or raises the error naming the op.
     """
     new, init = object.__new__, NetOp.__init__
 
     def apply(a, b):
-        if not isinstance(b, NetVar):
-            if not _plain(b):
+        if isinstance(b, NetVar):
+            try:
+                y = function(a._data, b._data)
+            except (ValueError, TypeError):
                 return cls(a, b)
-            b = constant(b, a)
-        try:
-            y = function(a._data, b._data)
-        except (ValueError, TypeError):
-            return cls(a, b)
-        node = new(cls)
-        init(node, y, a, b)
-        return node
+            node = new(cls)
+            init(node, y, a, b)
+            return node
+        if plain(b):                # a number or array the op keeps (no constant node)
+            try:
+                y = function(a._data, b)
+            except (ValueError, TypeError):
+                return cls(a, b)
+            node = new(cls)
+            node.constant = b
+            init(node, y, a)
+            return node
+        return cls(a, b)
 
     def reflected(a, b):            # b + a, b a plain operand: rarer, the constructor makes it
         return cls(b, a)
@@ -58,12 +65,6 @@ def _operator(cls, function):
     apply.__name__ = apply.__qualname__ = f"__{function.__name__}__"
     reflected.__name__ = reflected.__qualname__ = f"__r{function.__name__}__"
     return apply, reflected
-
-
-def _plain(value):
-    """A Python number or a NumPy float array: an operand the fast path makes a constant of."""
-    kind = type(value)
-    return kind is float or kind is int or (kind is _ndarray and value.dtype.kind == "f")
 
 
 def _comparison(function):

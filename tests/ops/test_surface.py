@@ -15,14 +15,16 @@ PLAIN = [2.5, 3, np.full((1, 4), 0.5), np.arange(1.0, 5.0)]
     ("truediv", nn.Div, np.divide)])
 def test_a_plain_operand_makes_the_node_the_constructor_makes(name, cls, function, operand, rng):
     x = var64(rng, 3, 4, positive=True)
-    for node, reference, values in [
-            (getattr(x, f"__{name}__")(operand), cls(x, operand), function(x.data, operand)),
-            (getattr(x, f"__r{name}__")(operand), cls(operand, x), function(operand, x.data))]:
+    kept = getattr(x, f"__{name}__")(operand)               # x − 2.5: the op keeps 2.5
+    assert kept.parents == (x,) and kept.constant is operand
+    first = getattr(x, f"__r{name}__")(operand)             # 2.5 − x: a constant node first
+    assert first.parents[1] is x and not first.parents[0].requires_grad
+    for node, reference, values in [(kept, cls(x, operand), function(x.data, operand)),
+                                     (first, cls(operand, x), function(operand, x.data))]:
         assert type(node) is cls and node.dtype == reference.dtype == np.float64
+        assert len(node.parents) == len(reference.parents)
         np.testing.assert_allclose(node.data, values, rtol=1e-15)
         np.testing.assert_array_equal(node.data, reference.data)
-        assert len(node.parents) == 2 and not any(p.requires_grad for p in node.parents
-                                                  if p is not x)
         g = rng.standard_normal(node.shape)
         x.reset()
         node.back(g)
@@ -30,6 +32,7 @@ def test_a_plain_operand_makes_the_node_the_constructor_makes(name, cls, functio
         x.reset()
         reference.back(g)
         np.testing.assert_array_equal(mine, x.g)
+    nn.gradcheck(lambda v: getattr(v, f"__{name}__")(operand), x)
 
 
 def test_a_number_operand_keeps_the_nodes_dtype_and_an_array_promotes():
