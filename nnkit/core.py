@@ -434,6 +434,33 @@ class NetOp(NetVar):
                 "accumulates each input's gradient")
 
 
+def _link(node, data, a, b=None):
+    """``NetOp.__init__(node, data, a, b)`` for the operators' fast path (ops/surface.py) alone;
+    returns ``node``.
+
+    The same bookkeeping with a fixed argument list: Python specialises a call to a function
+    without ``*parents`` and runs it inside the caller's frame, which on the chains of tiny
+    steps these operators make is a visible part of each op's cost.
+    """
+    if type(data) is not _ndarray:
+        data = _as_op_array(data)
+    node._data = data
+    node._g = None
+    node._index = next(_counter)
+    if (a.requires_grad or (b is not None and b.requires_grad)) and (
+            not _grad_off or _state.grad):
+        node.requires_grad = True
+        node._parents = (a,) if b is None else (a, b)
+        node._pversion = _edits
+    else:
+        node.requires_grad = False
+        node._parents = ()
+    if _observers:
+        for observer in _observers:
+            observer.forward(node, (a,) if b is None else (a, b))
+    return node
+
+
 def _as_op_array(data):
     if isinstance(data, NetVar):
         return data._data

@@ -1,6 +1,6 @@
 """The engine's fast paths make the same nodes and gradients as the general ones.
 
-``a + b`` (and − × ÷) builds its node with ``object.__new__`` and ``NetOp.__init__`` instead
+``a + b`` (and − × ÷) builds its node with ``object.__new__`` and ``core._link`` instead
 of running the op's constructor; back() calls ``_back`` with one or two parents spelled out;
 elementwise one-input ops hand their gradient over with ``accumulate_same_shape``, which
 skips the shape and dtype tests. Each test below compares a fast path with the

@@ -11,7 +11,7 @@ import operator
 
 import numpy
 
-from ..core import NetOp, NetVar, constant
+from ..core import NetVar, _link, constant
 from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
 from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, Sub, plain
 from .indexing import Broadcast, Flatten, GetItem
@@ -32,12 +32,12 @@ def _operator(cls, function):
     The one place where a built-in op does not run its constructor. These four operators are
     the ops a chain of tiny steps is made of, and the frames of ``cls(a, b)`` and ``super()``
     would be a large part of such an op's cost; so the node is made with ``object.__new__``
-    and filled in by ``NetOp.__init__``, the bookkeeping every op's constructor ends with. A
-    Python number or a NumPy float array is kept as the op's ``constant``, as the constructor
-    keeps it. Anything else, or operands whose data do not combine, go to the constructor,
-    which converts them or raises the error naming the op.
+    and filled in by ``core._link``, ``NetOp.__init__``'s bookkeeping with a fixed argument
+    list (the one place that uses it). A Python number or a NumPy float array is kept as the
+    op's ``constant``, as the constructor keeps it. Anything else, or operands whose data do
+    not combine, go to the constructor, which converts them or raises the error naming the op.
     """
-    new, init = object.__new__, NetOp.__init__
+    new = object.__new__
 
     def apply(a, b):
         if isinstance(b, NetVar):
@@ -45,9 +45,7 @@ def _operator(cls, function):
                 y = function(a._data, b._data)
             except (ValueError, TypeError):
                 return cls(a, b)
-            node = new(cls)
-            init(node, y, a, b)
-            return node
+            return _link(new(cls), y, a, b)
         if plain(b):                # a number or array the op keeps (no constant node)
             try:
                 y = function(a._data, b)
@@ -55,8 +53,7 @@ def _operator(cls, function):
                 return cls(a, b)
             node = new(cls)
             node.constant = b
-            init(node, y, a)
-            return node
+            return _link(node, y, a)
         return cls(a, b)
 
     def reflected(a, b):            # b + a, b a plain operand: rarer, the constructor makes it
