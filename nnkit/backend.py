@@ -45,6 +45,12 @@ def array_module(array):
                     "use a NumPy array (or a CuPy array on a GPU)")
 
 
+def is_array(value):
+    """True for a NumPy or CuPy array (not a NumPy scalar, not a node)."""
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(
+        value, numpy.generic) and not hasattr(value, "_parents")
+
+
 def device_of(array):
     """A short name of where ``array`` lives: 'cpu' or 'gpu:N'."""
     if isinstance(array, numpy.ndarray):

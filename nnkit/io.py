@@ -40,7 +40,6 @@ import numpy
 
 from . import backend, ops
 from .core import NetOp, NetVar
-from .optim.base import _is_array
 
 FORMAT = "nnkit-checkpoint"
 VERSION = 1
@@ -116,7 +115,7 @@ def save(path, model, optimizer=None, extra=None):
             "type": state["type"], "sizes": state["sizes"],
             "options": _plain(state["options"]), "groups": _plain(state["groups"]),
             "param_names": [names[id(p)] for p in optimizer.params],
-            "state": [{key: {"array": writer.add(value)} if _is_array(value) else _plain(value)
+            "state": [{key: {"array": writer.add(value)} if backend.is_array(value) else _plain(value)
                        for key, value in entry.items()} for entry in state["state"]]}
     try:
         text = json.dumps(meta)
@@ -222,7 +221,7 @@ def _encode_topology(net, params, writer):
             if id(value) in ids:
                 return {"param": ids[id(value)]}
             return {"const": writer.add(value._data), "requires_grad": value.requires_grad}
-        if _is_array(value):
+        if backend.is_array(value):
             return {"array": writer.add(value)}
         if isinstance(value, tuple):
             return {"tuple": [encode(item, position) for item in value]}

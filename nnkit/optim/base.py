@@ -240,7 +240,7 @@ class Optimizer:
             if type(g) is type(data) and g.shape == data.shape and g.dtype.kind == "f" and (
                     type(g) is _ndarray or g.device == data.device):
                 continue
-            if not _is_array(g):
+            if not backend.is_array(g):
                 found = f"is a {type(g).__name__}, not an array"
             elif backend.device_of(g) != backend.device_of(data):
                 found = (f"is on {backend.device_of(g)}, the parameter on "
@@ -304,7 +304,7 @@ class Optimizer:
         for position, (p, state) in enumerate(zip(self.params, saved["state"])):
             xp = backend.array_module(p._data)
             self.state[position] = {
-                key: xp.array(value, dtype=value.dtype) if _is_array(value) else value
+                key: xp.array(value, dtype=value.dtype) if backend.is_array(value) else value
                 for key, value in state.items()}
 
     def check_state_dict(self, saved):
@@ -349,7 +349,7 @@ class Optimizer:
                     if not (checks.is_integer(value) and value >= 1):
                         raise ValueError(f"{where}: state '{key}' of parameter {position} must "
                                          f"be an int >= 1, got {value!r}")
-                elif _is_array(value):
+                elif backend.is_array(value):
                     if value.dtype.kind != "f":
                         raise ValueError(f"{where}: state '{key}' of parameter {position} must "
                                          f"be a float array, got dtype {value.dtype}")
@@ -380,7 +380,7 @@ def _follow(p, state):
     for key, value in state.items():
         if type(value) is kind and (kind is _ndarray or value.device == data.device):
             continue
-        if _is_array(value):
+        if backend.is_array(value):
             device = backend.device_of(data)
             if backend.device_of(value) != device:
                 state[key] = backend.to_cpu(value) if device == "cpu" \
@@ -393,8 +393,3 @@ def _zeros_state(state, key, data):
     if array is None:
         array = state[key] = backend.array_module(data).zeros_like(data)
     return array
-
-
-def _is_array(value):
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(
-        value, numpy.generic)
