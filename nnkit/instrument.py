@@ -65,6 +65,12 @@ def digests(nodes):
     return tuple(hash(backend.to_cpu(n._data).tobytes()) for n in nodes)
 
 
+def _kept_digest(node):
+    """The hash of an array an op keeps as its ``constant`` (x * mask), as a 1-tuple, or ()."""
+    kept = getattr(node, "constant", None)
+    return (hash(backend.to_cpu(kept).tobytes()),) if backend.is_array(kept) else ()
+
+
 def check_fingerprint(node):
     for position, (parent, digest) in enumerate(zip(node._parents, node._fingerprint)):
         if digests((parent,))[0] != digest:
@@ -72,6 +78,11 @@ def check_fingerprint(node):
                 f"back(): the data of input {position} of {node._describe()} "
                 f"({parent._describe()}) was edited in place (e.g. x.data[i] = v) after the op "
                 "used it, so its gradient would be wrong (found by detect_anomaly)")
+    if node._fingerprint[len(node._parents):] != _kept_digest(node):
+        raise InplaceEditError(
+            f"back(): the array {node._describe()} keeps as its constant operand was edited in "
+            "place after the op used it, so its gradient would be wrong (found by "
+            "detect_anomaly)")
 
 
 def _shapes(nodes):
@@ -81,7 +92,7 @@ def _shapes(nodes):
 def check_forward(node, parents):
     """Called by NetOp for each op built under detect_anomaly()."""
     if node._parents:
-        node._fingerprint = digests(node._parents)
+        node._fingerprint = digests(node._parents) + _kept_digest(node)
     if node._data.dtype.kind not in "fc" or not nonfinite(node._data):
         return
     if any(getattr(p, "_data", None) is not None and p._data.dtype.kind in "fc"

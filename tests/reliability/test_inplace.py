@@ -153,3 +153,16 @@ def test_item_assignment_costs_nothing_outside_detect_anomaly(monkeypatch):
     w, x, h, loss = _graph()
     w.data[0, 0] = 5.0            # not seen outside the mode (the documented trade-off)
     loss.back()
+
+
+def test_an_array_an_op_keeps_edited_in_place_is_caught_in_anomaly_mode():
+    x = nn.NetVar(np.ones((1, 3)))
+    scale = np.full((1, 3), 2.0)
+    with nn.detect_anomaly():
+        y = nn.Sum(x * scale)                 # Mul keeps `scale` as its constant: no node
+        scale[0, 1] = 5.0                     # the gradient would use the edited value
+        with pytest.raises(nn.InplaceEditError, match=r"keeps as its constant operand"):
+            y.back()
+        z = nn.Sum(x * scale)                 # rebuilt after the edit: fine
+        z.back()
+    np.testing.assert_array_equal(x.g, [[2.0, 5.0, 2.0]])
