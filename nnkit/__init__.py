@@ -11,7 +11,8 @@ import types as _types
 
 from . import backend
 from .backend import gpu_available, seed
-from .core import InplaceEditError, NetOp, NetVar, constant, unbroadcast
+from .core import InplaceEditError, NetOp, NetVar, constant
+from .gradients import unbroadcast
 from .dtypes import get_dtype, set_dtype
 from .modes import enable_grad, eval_mode, is_grad_enabled, is_training, no_grad, train_mode
 from .instrument import AnomalyError, detect_anomaly

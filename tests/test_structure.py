@@ -18,6 +18,7 @@ LAYERS = [
     ["backend"],                        # NumPy / CuPy, devices, random numbers
     ["dtypes"],                         # the dtype policy
     ["arraylike"],                      # what a node offers as the array it holds
+    ["gradients"],                      # the rules for gradient arrays (unbroadcast, ...)
     ["core"],                           # NetVar, NetOp, back() with its observer slot
     ["modes"],                          # grad / train modes
     # ops: the operators' and shape families first, then families that build on them

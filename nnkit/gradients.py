@@ -1,0 +1,83 @@
+"""The rules for gradient arrays, which the engine applies at every contribution.
+
+``unbroadcast`` sums a gradient back to the shape of an input that was broadcast (ops may call
+it; ``accumulate`` does). The rest is the engine's: a contribution conformed to its node (shape
+and dtype), the owned copy a node adds into in place, and a gradient a user hands in
+(``node.g = value``, ``back(value)``) checked against the node.
+"""
+import numbers
+
+import numpy
+
+from . import backend
+from .arraylike import ArrayLike
+
+__all__ = ["unbroadcast"]
+
+
+def unbroadcast(g, shape):
+    """Sum the gradient ``g`` over the axes along which an input of ``shape`` was broadcast.
+
+    A ``g`` that lacks leading axes of length 1 gets them; one that cannot have come from
+    broadcasting an input of ``shape`` (it has fewer elements, say) is refused, never spread.
+    """
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra < 0:
+        g = g.reshape((1,) * -extra + g.shape)
+        extra = 0
+    axes = tuple(range(extra)) + tuple(
+        extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    if extra:
+        g = g.reshape(g.shape[extra:])
+    if g.shape != shape:
+        raise ValueError(f"gradient of shape {g.shape} cannot be summed back to shape {shape}")
+    return g
+
+
+def _conform(g, node):
+    """``g`` as a gradient of ``node``: summed over broadcast axes, in the node's dtype."""
+    shape = node._data.shape
+    if g.shape != shape:
+        try:
+            g = unbroadcast(g, shape)
+        except ValueError:
+            raise ValueError(f"accumulate(): a gradient of shape {tuple(g.shape)} cannot be "
+                             f"summed back to {node._describe()}: an op's _back handed its "
+                             "input a gradient of the wrong shape") from None
+    if g.dtype != node._data.dtype:
+        g = g.astype(node._data.dtype)
+    return g
+
+
+def _owned_copy(g, data):
+    """A copy of the gradient ``g`` that a node may add into in place: an array of ``data``'s
+    dtype. (NumPy gives a 0-d result as a scalar, which ``+=`` would rebind, not update.)"""
+    if isinstance(g, numpy.generic):
+        return numpy.array(g, dtype=data.dtype)
+    return g.astype(data.dtype)          # astype copies
+
+
+def _gradient_from_user(value, node, where):
+    """A gradient a user gives for ``node`` (``node.g = value``, ``back(value)``): a number fills
+    the node's shape, an array (or list) of the node's shape is taken in its dtype; anything else
+    is refused, the message starting with ``where``."""
+    data = node._data
+    if isinstance(value, ArrayLike):          # a node: its data
+        value = value._data
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return backend.array_module(data).full(data.shape, value, dtype=data.dtype)
+    if isinstance(value, (list, tuple)):
+        value = numpy.asarray(value)
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")) or value.dtype.kind not in "iuf":
+        kind = getattr(value, "dtype", type(value).__name__)
+        raise TypeError(f"{where}: assign a number, None or an array of shape "
+                        f"{tuple(data.shape)}, not {kind}")
+    backend.check_same_device(where, data, value)
+    if value.shape != data.shape:
+        raise ValueError(f"{where}: the gradient must have the node's shape "
+                         f"{tuple(data.shape)}, got {tuple(value.shape)}")
+    return value.astype(data.dtype, copy=False)
