@@ -1,12 +1,13 @@
 """Arithmetic: matrix product, elementwise + − × ÷, negation, powers, exp and log.
 
 Elementwise ops broadcast as NumPy does and sum each gradient back to its input's shape.
-A plain second operand of + − × ÷ (a Python number or a NumPy float array) stays with the op as
-its ``constant``; other plain operands become constant nodes of the other operand's dtype.
+A plain operand of + − × ÷ (a Python number or a NumPy float array) stays with the op as its
+``constant`` (``c - x`` and ``c / x`` build RSub and RDiv, the operands swapped); other plain
+operands become constant nodes of the other operand's dtype.
 Notation: inputs a, b (x, w for the matrix product), output y, upstream gradient g.
 """
 
-__all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'Neg', 'Pow', 'Exp', 'Log']
+__all__ = ['Multiply', 'Add', 'Sub', 'Mul', 'Div', 'RSub', 'RDiv', 'Neg', 'Pow', 'Exp', 'Log']
 import operator
 
 import numpy
@@ -46,26 +47,42 @@ def _compute(op, function, a, b):
         raise
 
 
-def plain(value):
-    """A Python number or a NumPy float array: an operand + − × ÷ keep as their ``constant``."""
-    kind = type(value)
-    return kind is float or kind is int or (kind is _ndarray and value.dtype.kind == "f")
+def kept(a, b):
+    """The plain operand ``b`` as + − × ÷ keep it beside the node ``a``; None when ``b`` is not
+    plain (then it becomes a constant node).
+
+    A NumPy float array is kept as it is. A Python number is kept as a 0-d array of ``a``'s dtype
+    when that is a NumPy float dtype: the very number NumPy 2 computes with (it casts a Python
+    number to the array's dtype), which NumPy combines with an array at the cost of an array
+    operand instead of nearly twice that, in the forward pass and again in ``_back``.
+    """
+    kind = type(b)
+    if kind is _ndarray:
+        return b if b.dtype.kind == "f" else None
+    if kind is float or kind is int:
+        data = a._data
+        if type(data) is _ndarray and data.dtype.kind == "f":
+            return numpy.asarray(b, data.dtype)
+        return b
+    return None
 
 
 class _Elementwise(NetOp):
     """+ − × ÷: the value of ``function(a, b)``, broadcast as NumPy does.
 
-    A plain second operand (``plain(b)``) stays with the op as ``constant``: it needs no
-    gradient, so the node has one parent, ``a``, and no constant node is made for it.
+    A plain second operand (a number or a NumPy float array, see ``kept``) stays with the op as
+    ``constant``: it needs no gradient, so the node has one parent, ``a``, and no constant node
+    is made for it.
     """
     __slots__ = ("constant",)
     function = None
 
     def __init__(self, a, b):
         op = type(self).__name__
-        if isinstance(a, NetVar) and plain(b):
-            self.constant = b
-            super().__init__(_compute(op, self.function, a._data, b), a)
+        c = kept(a, b) if isinstance(a, NetVar) else None
+        if c is not None:
+            self.constant = c
+            super().__init__(_compute(op, self.function, a._data, c), a)
         else:
             a, b, y = _binary(op, self.function, a, b)
             super().__init__(y, a, b)
@@ -169,6 +186,47 @@ class Div(_Elementwise):
         a.accumulate(da)
         if b is not None and b.requires_grad:
             b.accumulate(-da * self._data)
+
+
+def _subtract_from(a, b):
+    return b - a
+
+
+def _divide_into(a, b):
+    return b / a
+
+
+class RSub(_Elementwise):
+    """Elementwise difference, operands swapped: what ``c - x`` builds for a plain ``c``.
+
+    y = b − a
+    da = −g,  db = g
+    """
+    __slots__ = ()
+    function = staticmethod(_subtract_from)
+
+    def _back(self, a, b=None):
+        if a.requires_grad:
+            a.accumulate(-self._g)
+        if b is not None:
+            b.accumulate(self._g)
+
+
+class RDiv(_Elementwise):
+    """Elementwise quotient, operands swapped: what ``c / x`` builds for a plain ``c``.
+
+    y = b / a
+    da = −g · y / a,  db = g / a
+    """
+    __slots__ = ()
+    function = staticmethod(_divide_into)
+
+    def _back(self, a, b=None):
+        db = self._g / a._data
+        if a.requires_grad:
+            a.accumulate(-db * self._data)
+        if b is not None and b.requires_grad:
+            b.accumulate(db)
 
 
 class Neg(NetOp):

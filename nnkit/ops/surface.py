@@ -13,7 +13,7 @@ import numpy
 
 from ..core import NetVar, _link, constant
 from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
-from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, Sub, plain
+from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, RDiv, RSub, Sub, kept
 from .indexing import Broadcast, Flatten, GetItem
 from .math import Abs, Clip, Cos, Sin, Sqrt
 from .reduce import ArgMax, LogSumExp, Max, Mean, Min, Norm, Sum, Var
@@ -26,18 +26,19 @@ _ndarray = numpy.ndarray
 
 # ----------------------------------------------------------------------------- operators
 
-def _operator(cls, function):
-    """``a + b`` (and − × ÷) for a node ``a``: the node ``cls(a, b)`` would make, built here.
+def _operator(cls):
+    """``a + b`` (and − × ÷, and their swapped twins) for a node ``a``: the node ``cls(a, b)``
+    would make, built here.
 
-    The one place where a built-in op does not run its constructor. These four operators are
-    the ops a chain of tiny steps is made of, and the frames of ``cls(a, b)`` and ``super()``
-    would be a large part of such an op's cost; so the node is made with ``object.__new__``
-    and filled in by ``core._link``, ``NetOp.__init__``'s bookkeeping with a fixed argument
-    list (the one place that uses it). A Python number or a NumPy float array is kept as the
-    op's ``constant``, as the constructor keeps it. Anything else, or operands whose data do
-    not combine, go to the constructor, which converts them or raises the error naming the op.
+    The one place where a built-in op does not run its constructor. These operators are the ops
+    a chain of tiny steps is made of, and the frames of ``cls(a, b)`` and ``super()`` would be a
+    large part of such an op's cost; so the node is made with ``object.__new__`` and filled in
+    by ``core._link``, ``NetOp.__init__``'s bookkeeping with a fixed argument list (the one
+    place that uses it). A plain operand is kept as the op's ``constant``, as the constructor
+    keeps it (``kept``). Anything else, or operands whose data do not combine, go to the
+    constructor, which converts them or raises the error naming the op.
     """
-    new = object.__new__
+    new, function = object.__new__, cls.function
 
     def apply(a, b):
         if isinstance(b, NetVar):
@@ -46,22 +47,18 @@ def _operator(cls, function):
             except (ValueError, TypeError):
                 return cls(a, b)
             return _link(new(cls), y, a, b)
-        if plain(b):                # a number or array the op keeps (no constant node)
-            try:
-                y = function(a._data, b)
-            except (ValueError, TypeError):
-                return cls(a, b)
-            node = new(cls)
-            node.constant = b
-            return _link(node, y, a)
-        return cls(a, b)
+        c = kept(a, b)
+        if c is None:
+            return cls(a, b)
+        try:
+            y = function(a._data, c)
+        except (ValueError, TypeError):
+            return cls(a, b)
+        node = new(cls)
+        node.constant = c
+        return _link(node, y, a)
 
-    def reflected(a, b):            # b + a, b a plain operand: rarer, the constructor makes it
-        return cls(b, a)
-
-    apply.__name__ = apply.__qualname__ = f"__{function.__name__}__"
-    reflected.__name__ = reflected.__qualname__ = f"__r{function.__name__}__"
-    return apply, reflected
+    return apply
 
 
 def _comparison(function):
@@ -145,15 +142,12 @@ def _spelled_differently(name, spelling):
 
 # ----------------------------------------------------------------------------- the table
 
-_add, _radd = _operator(Add, operator.add)
-_sub, _rsub = _operator(Sub, operator.sub)
-_mul, _rmul = _operator(Mul, operator.mul)
-_div, _rdiv = _operator(Div, operator.truediv)
+_add, _sub, _mul, _div = _operator(Add), _operator(Sub), _operator(Mul), _operator(Div)
 
 SURFACE = {
-    # arithmetic
-    "__add__": _add, "__radd__": _radd, "__sub__": _sub, "__rsub__": _rsub,
-    "__mul__": _mul, "__rmul__": _rmul, "__truediv__": _div, "__rtruediv__": _rdiv,
+    # arithmetic (c + x is x + c, and c · x is x · c: the same numbers in IEEE arithmetic)
+    "__add__": _add, "__radd__": _add, "__sub__": _sub, "__rsub__": _operator(RSub),
+    "__mul__": _mul, "__rmul__": _mul, "__truediv__": _div, "__rtruediv__": _operator(RDiv),
     "__matmul__": lambda a, b: Multiply(a, b), "__rmatmul__": lambda a, b: Multiply(b, a),
     "__pow__": lambda a, p: Pow(a, p), "__neg__": lambda a: Neg(a),
     "__abs__": lambda x: Abs(x),

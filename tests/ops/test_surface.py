@@ -1,4 +1,6 @@
 """NetVar's surface (nnkit/ops/surface.py): operators with plain operands, comparisons, the table."""
+import operator
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,9 @@ from tests.conftest import var64
 PLAIN = [2.5, 3, np.full((1, 4), 0.5), np.arange(1.0, 5.0)]
 
 
+SWAPPED = {"add": nn.Add, "sub": nn.RSub, "mul": nn.Mul, "truediv": nn.RDiv}
+
+
 @pytest.mark.parametrize("operand", PLAIN, ids=["float", "int", "row", "1-D array"])
 @pytest.mark.parametrize("name, cls, function", [
     ("add", nn.Add, np.add), ("sub", nn.Sub, np.subtract), ("mul", nn.Mul, np.multiply),
@@ -16,13 +21,19 @@ PLAIN = [2.5, 3, np.full((1, 4), 0.5), np.arange(1.0, 5.0)]
 def test_a_plain_operand_makes_the_node_the_constructor_makes(name, cls, function, operand, rng):
     x = var64(rng, 3, 4, positive=True)
     kept = getattr(x, f"__{name}__")(operand)               # x − 2.5: the op keeps 2.5
-    assert kept.parents == (x,) and kept.constant is operand
-    first = getattr(x, f"__r{name}__")(operand)             # 2.5 − x: a constant node first
-    assert first.parents[1] is x and not first.parents[0].requires_grad
+    first = getattr(x, f"__r{name}__")(operand)             # 2.5 − x: kept too, operands swapped
+    for node in (kept, first):
+        assert node.parents == (x,)
+        if isinstance(operand, np.ndarray):
+            assert node.constant is operand
+        else:                                   # a number: a 0-d array of the node's dtype
+            assert node.constant.shape == () and node.constant.dtype == np.float64
+            assert node.constant == operand
+    assert type(first) is SWAPPED[name]
+    # the references: the constructor with the number kept, and with a constant node first
     for node, reference, values in [(kept, cls(x, operand), function(x.data, operand)),
                                      (first, cls(operand, x), function(operand, x.data))]:
-        assert type(node) is cls and node.dtype == reference.dtype == np.float64
-        assert len(node.parents) == len(reference.parents)
+        assert node.dtype == reference.dtype == np.float64
         np.testing.assert_allclose(node.data, values, rtol=1e-15)
         np.testing.assert_array_equal(node.data, reference.data)
         g = rng.standard_normal(node.shape)
@@ -33,6 +44,22 @@ def test_a_plain_operand_makes_the_node_the_constructor_makes(name, cls, functio
         reference.back(g)
         np.testing.assert_array_equal(mine, x.g)
     nn.gradcheck(lambda v: getattr(v, f"__{name}__")(operand), x)
+    nn.gradcheck(lambda v: getattr(v, f"__r{name}__")(operand), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("number", [0.1, 3, 1e-8, 2 ** 70, 1e300])
+def test_a_kept_number_computes_as_numpy_computes_with_it(dtype, number):
+    # NumPy casts a Python number to the array's float dtype; the op keeps that cast number,
+    # so every value, result dtype and warning is NumPy's own, in both operand orders
+    data = np.array([[1.5, -2.25, 3e-3, 7.0]], dtype)
+    x = nn.NetVar(data)
+    for function in (operator.add, operator.sub, operator.mul, operator.truediv):
+        with np.errstate(all="ignore"):
+            for node, values in [(function(x, number), function(data, number)),
+                                 (function(number, x), function(number, data))]:
+                assert node.dtype == values.dtype
+                np.testing.assert_array_equal(node.data, values)
 
 
 def test_a_number_operand_keeps_the_nodes_dtype_and_an_array_promotes():
@@ -46,7 +73,7 @@ def test_plain_operands_that_do_not_fit_fail_naming_the_op(rng):
     x = var64(rng, 3, 4)
     with pytest.raises(ValueError, match=r"Add: cannot broadcast \(3, 4\) with \(5,\)"):
         x + np.ones(5)
-    with pytest.raises(ValueError, match=r"Sub: cannot broadcast \(2,\) with \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"RSub: cannot broadcast \(3, 4\) with \(2,\)"):
         np.ones(2) - x
     with pytest.raises(TypeError, match=r"constant: cannot make a numeric array from str"):
         x * "2"
@@ -89,3 +116,14 @@ def test_the_table_holds_every_method_that_builds_an_op():
     assert isinstance(abs(x), nn.Abs) and isinstance(x.sum(axis=1), nn.Sum)
     with pytest.raises(TypeError, match=r"sum\(\): nnkit spells the axis argument axis=, not dim="):
         x.sum(dim=1)
+
+
+def test_a_number_with_integer_data_is_kept_as_the_number():
+    # NumPy promotes int data times a Python float to float64; casting the number to the
+    # data's integer dtype would silently give 0
+    x = nn.NetVar(np.array([[1, 2, 3]]), dtype=int)
+    for node, values in [(x * 0.5, np.array([[1, 2, 3]]) * 0.5),
+                         (0.5 - x, 0.5 - np.array([[1, 2, 3]])),
+                         (1 / x, 1 / np.array([[1, 2, 3]]))]:
+        assert node.dtype == np.float64
+        np.testing.assert_array_equal(node.data, values)
