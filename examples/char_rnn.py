@@ -46,7 +46,7 @@ def sample(model, vocab, prompt, length, rng, temperature=0.8):
             p = np.exp(z - z.max())
             next_id = int(rng.choice(len(vocab), p=p / p.sum()))
             out.append(vocab[next_id])
-            logits = model(np.array([[next_id]]), state=model.state)
+            logits = model(np.array([[next_id]]), state=model.final_state)
     return prompt + "".join(out)
 
 
@@ -69,7 +69,7 @@ def main(epochs=60, hidden=128, embedding=32, batch=8, steps=48, lr=0.005, text=
             loss = nn.SoftmaxCELoss(logits, t)
             loss.back()
             optimizer.step()
-            state = tuple(s.detach() for s in model.state)  # carried on, gradients cut here
+            state = tuple(s.detach() for s in model.final_state)  # carried on, gradients cut here
             total += loss.item()
             if bar is not None:
                 bar.update()

@@ -21,6 +21,7 @@ LAYERS = [
     ["gradients"],                      # the rules for gradient arrays (unbroadcast, ...)
     ["core"],                           # NetVar, NetOp, back() with its observer slot
     ["modes"],                          # grad / train modes
+    ["module"],                         # Module: parameters, buffers, state, devices
     # ops: the operators' and shape families first, then families that build on them
     ["ops.arithmetic", "ops.shape"],
     ["ops.activation", "ops.indexing", "ops.reduce", "ops.math", "ops.loss",

@@ -6,12 +6,13 @@ import numpy
 from .. import backend
 from ..core import NetOp, NetVar
 from ..io import saved_with_topology
+from ..module import Module
 from ..ops.loss import Loss
 from ..ops.normalization import BatchNormState
 
 
 @saved_with_topology         # nn.save stores the topology, nn.load rebuilds it as FFN(*entries)
-class FFN:
+class FFN(Module):
     """A feed-forward network described by its topology, a mutable list of entries.
 
     Each entry is ``(OpClass, *args)``: calling ``net(x)`` builds ``node = OpClass(node, *args)``
@@ -24,9 +25,12 @@ class FFN:
         net.topology.pop()                     # ... and remove it afterwards
 
     An entry may also be ``(other_ffn,)`` (networks compose: ``FFN((encoder,), (decoder,))``),
-    another model with ``vars`` such as a ``SequenceModel``, or ``(function, *args)`` for a
+    another Module such as a layer or a ``SequenceModel``, or ``(function, *args)`` for a
     function of a node that returns a node. ``vars`` includes the parameters of the FFNs and
-    models inside, each parameter once, in topology order (shared weights are listed once).
+    modules inside, each parameter once, in topology order (shared weights are listed once).
+    FFN is a Module: ``named_vars()`` names a parameter by its place, ``topology.<entry>.<argument>``
+    (``topology.0.1`` is the W of ``(Multiply, W)``), and BatchNorm running statistics passed as
+    an argument are its buffers (``state()`` saves them).
 
     Errors: an entry that is not a tuple starting with a NetOp class, an FFN or a callable
     (e.g. ``(int,)`` or ``(3,)``), and an FFN entry with arguments, raise TypeError when the
@@ -123,6 +127,40 @@ class FFN:
                             for entry in self.topology]
         self.output = None      # the last graph lives on the old device
         return self
+
+    def members(self):
+        """``(name, value)`` for each op argument (not a Loss's targets) and each FFN or Module
+        entry, named ``topology.<entry>.<argument>`` (a nested model is argument 0)."""
+        self.vars                       # refuses computed arguments and an FFN inside itself
+        out = []
+        for position, entry in enumerate(self.topology):
+            if not isinstance(entry, tuple) or not entry:
+                continue
+            op = entry[0]
+            if isinstance(op, Module):
+                out.append((f"topology.{position}.0", op))
+            elif not (isinstance(op, type) and issubclass(op, Loss)):
+                out.extend((f"topology.{position}.{argument}", value)
+                           for argument, value in enumerate(entry[1:], start=1))
+        return out
+
+    def tree(self):
+        """One line per topology entry: the op and its arguments' shapes (nested modules
+        indented)."""
+        lines = ["FFN("]
+        for position, entry in enumerate(self.topology):
+            op, *args = entry if isinstance(entry, tuple) and entry else (entry,)
+            if isinstance(op, Module):
+                inner = op.tree()
+                lines.append(f"  ({position}): {inner[0]}")
+                lines.extend("  " + line for line in inner[1:])
+                continue
+            shown = [f"{tuple(a.shape)}" if isinstance(a, NetVar) else
+                     type(a).__name__ if isinstance(a, BatchNormState) else repr(a)
+                     for a in args]
+            lines.append(f"  ({position}): {_label(op)}" + (f" {', '.join(shown)}" if shown
+                                                            else ""))
+        return lines + [")"]
 
     @property
     def vars(self):

@@ -8,6 +8,7 @@ import numpy
 from .. import backend, checks
 from ..core import NetVar
 from ..dtypes import get_dtype
+from ..module import Module
 from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
@@ -56,7 +57,7 @@ def _describe(value):
     return f"{type(value).__name__} {value!r}"
 
 
-class SequenceModel:
+class SequenceModel(Module):
     """(embedding) → recurrent layer → affine: a language model or a sequence classifier.
 
     ``SequenceModel(inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
@@ -70,8 +71,9 @@ class SequenceModel:
     ``model(x, lengths=None, state=None)``: ``state`` is the initial state, ``(h0,)`` (or h0
     alone) for 'rnn' and 'gru', ``(h0, c0)`` for 'lstm', each (B, H) or (1, H); another count
     or shape is refused naming the cell, what it expects and the shapes given. After the call
-    ``model.state`` holds the final states as nodes (detach them to carry them into the next
-    chunk: truncated BPTT). ``model.vars`` lists the parameters, like ``FFN.vars``.
+    ``model.final_state`` holds the final states as nodes (detach them to carry them into the
+    next chunk: truncated BPTT). A Module: ``model.vars`` lists the parameters ([table,] W, R,
+    b, Wo, bo), ``model.state()`` copies them out for saving.
     Initialisation is drawn from ``seed`` (None: nnkit's global generator).
     """
 
@@ -102,34 +104,10 @@ class SequenceModel:
         self.output = None
 
     @property
-    def vars(self):
-        """The trainable parameters: [table,] W, R, b, Wo, bo."""
-        params = [self.W, self.R, self.b, self.Wo, self.bo]
-        return params if self.table is None else [self.table] + params
-
-    def to_gpu(self, device=None):
-        """Move every parameter to the GPU (CuPy; GPU number ``device``) in place; returns self.
-
-        An optimizer over ``model.vars`` keeps working: its state follows at the next step.
-        Feed the model batches on the same device (``minibatches(..., device=...)``).
-        """
-        for p in self.vars:
-            p.to_gpu(device)
-        self.recurrent = self.output = None      # the last graph lives on the old device
-        return self
-
-    def to_cpu(self):
-        """Move every parameter to host memory (NumPy) in place; returns self."""
-        for p in self.vars:
-            p.to_cpu()
-        self.recurrent = self.output = None
-        return self
-
-    @property
-    def state(self):
+    def final_state(self):
         """The final states of the last call, ``(h,)`` or ``(h, c)``: (B, H) nodes."""
         if self.recurrent is None:
-            raise RuntimeError("SequenceModel.state: call the model on a batch first")
+            raise RuntimeError("SequenceModel.final_state: call the model on a batch first")
         if self.cell == 'lstm':
             return self.recurrent.final, self.recurrent.final_c
         return (self.recurrent.final,)
@@ -165,7 +143,7 @@ class SequenceModel:
                              f"{', '.join(map(str, shapes)) or 'none'}")
         return tuple(state)
 
-    def __call__(self, x, lengths=None, state=None):
+    def forward(self, x, lengths=None, state=None):
         """Logits (T, B, outputs) with ``per_step``, else (B, outputs)."""
         x = self._inputs(x)
         state = self._state(state, x)

@@ -24,7 +24,9 @@ class BatchNormState:
     follow the data's device and dtype on first use. Because it is not a NetVar, ``FFN.vars``
     never lists it and optimizers never touch it. BatchNorm checks momentum, eps and the shapes
     of the running arrays again at each call, so a state edited into nonsense is refused.
+    ``buffers`` names the arrays that ``Module.state()`` (and so ``nn.save``) saves.
     """
+    buffers = ("running_mean", "running_var")
 
     def __init__(self, features, momentum=0.1, eps=1e-5):
         if not (checks.is_integer(features) and features > 0):

@@ -67,7 +67,7 @@ def test_state_carries_between_chunks(rng):
     tokens = rng.integers(0, 5, (8, 2))
     whole = model(tokens).data
     model(tokens[:5])
-    state = tuple(s.detach() for s in model.state)
+    state = tuple(s.detach() for s in model.final_state)
     assert len(state) == 2 and not state[0].requires_grad
     np.testing.assert_allclose(model(tokens[5:], state=state).data, whole[5:], atol=1e-5)
 
@@ -99,7 +99,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match=r"SequenceModel: token ids must be \(T, B\)"):
         model(np.zeros((2, 3, 1), dtype=int))
     with pytest.raises(RuntimeError, match="call the model on a batch first"):
-        nn.SequenceModel(3, 4, 2).state
+        nn.SequenceModel(3, 4, 2).final_state
 
 
 def test_state_of_the_wrong_cell_type_or_shape_is_refused(rng):
@@ -107,7 +107,7 @@ def test_state_of_the_wrong_cell_type_or_shape_is_refused(rng):
     gru = nn.SequenceModel(5, 4, 5, cell="gru", embedding=3, seed=0)
     lstm = nn.SequenceModel(5, 4, 5, cell="lstm", embedding=3, seed=0)
     lstm(tokens)
-    h, c = (s.detach() for s in lstm.state)
+    h, c = (s.detach() for s in lstm.final_state)
     gru(tokens)
     last = gru.recurrent
     with pytest.raises(ValueError, match=r"SequenceModel\(cell='gru'\): state must be \(h,\) or "

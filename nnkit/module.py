@@ -1,0 +1,293 @@
+"""Module: the base class of anything that owns parameters (layers, models, FFN).
+
+Assigning is registering: a NetVar, a Module, or a list, tuple or dict of them stored as an
+attribute is found by walking the object's attributes in the order they were assigned. A
+parameter is a leaf NetVar that requires a gradient; a node computed by an op (the last output
+a model keeps) is a graph, not a parameter, and is neither listed, saved, moved nor copied.
+
+Buffers are arrays that are saved and moved but never trained (BatchNorm's running
+statistics). An object declares them with a class attribute ``buffers``, the names of its
+attributes that hold them; the walk finds such objects like parameters (``BatchNormState`` is
+one, so an FFN with BatchNorm saves its statistics).
+
+Names are dotted paths of attributes, list indices and dict keys: ``blocks.0.fc.W``.
+"""
+import copy
+import html
+
+import numpy
+
+from . import backend
+from .core import NetVar
+
+__all__ = ["Module"]
+
+
+class Module:
+    """Base class for models and layers: subclass it, assign parameters and submodules as
+    attributes in ``__init__``, and define ``forward``; ``model(x)`` calls ``model.forward(x)``.
+
+        class Residual(nn.Module):
+            def __init__(self, features):
+                self.fc = nn.layers.Linear(features, features)
+
+            def forward(self, x):
+                return x + nn.ReLU(self.fc(x))
+
+    ``vars`` / ``named_vars()`` list the trainable parameters (each once, even when shared);
+    ``state()`` / ``load_state()`` copy parameters and buffers out and back in (``nn.save``
+    and ``nn.load`` use them); ``to_gpu()`` / ``to_cpu()`` move them in place, so an optimizer
+    built on ``model.vars`` keeps working; ``copy.deepcopy(model)`` copies parameters and
+    buffers, not the last graph. A subclass need not call ``Module.__init__``.
+    """
+    buffers = ()
+
+    def __call__(self, *args, **keywords):
+        return self.forward(*args, **keywords)
+
+    def forward(self, *args, **keywords):
+        """The model's computation: every Module subclass defines its own."""
+        raise NotImplementedError(f"{type(self).__name__} defines no forward(); a Module is "
+                                  "called as model(...), which runs model.forward(...)")
+
+    # -- what the model holds
+    def members(self):
+        """``(name, value)`` for each attribute the walk looks into, in assignment order.
+
+        The default is every instance attribute. A subclass whose parameters live elsewhere
+        (FFN's topology) overrides it.
+        """
+        return list(vars(self).items())
+
+    def named_vars(self):
+        """Dict of dotted name → trainable parameter (a leaf NetVar that requires a gradient),
+        in a deterministic order; a parameter reachable under several names is listed once,
+        under the first."""
+        return {name: value for name, value, kind in _walk(self) if kind == "var"}
+
+    @property
+    def vars(self):
+        """The trainable parameters, each once, in the order of ``named_vars()``."""
+        return list(self.named_vars().values())
+
+    def named_buffers(self):
+        """Dict of dotted name → buffer array (saved and moved, never trained)."""
+        return {name: getattr(owner, attribute) for name, (owner, attribute), kind
+                in _walk(self) if kind == "buffer"}
+
+    # -- state: copies out, checked copies in
+    def state(self):
+        """Dict of dotted name → host (NumPy) copy of every parameter and buffer."""
+        out = {}
+        for name, value, kind in _walk(self):
+            array = value._data if kind == "var" else getattr(*value)
+            out[name] = backend.to_cpu(array).copy()
+        return out
+
+    def load_state(self, state):
+        """Assign the arrays of ``state`` (as ``state()`` returns it) to the parameters and
+        buffers of the same names, each on its current device.
+
+        Every name, shape and dtype is checked first: a missing or unexpected name, another
+        shape or another dtype raises (KeyError, ValueError, TypeError naming the first
+        difference) and nothing is assigned. Parameters keep their identity (an optimizer over
+        ``vars`` keeps working); their gradients are forgotten.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"{type(self).__name__}.load_state: state must be a dict of name → "
+                            f"array, got {type(state).__name__}")
+        targets = [(name, value, kind) for name, value, kind in _walk(self)]
+        names = [name for name, _, _ in targets]
+        where = f"{type(self).__name__}.load_state"
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise KeyError(f"{where}: the state has no '{missing[0]}' ({len(missing)} of the "
+                           f"model's {len(names)} names missing)")
+        unexpected = [name for name in state if name not in set(names)]
+        if unexpected:
+            raise KeyError(f"{where}: the state has '{unexpected[0]}', which the model does not "
+                           f"have ({len(unexpected)} unexpected names)")
+        for name, value, kind in targets:
+            mine = value._data if kind == "var" else getattr(*value)
+            given = state[name]
+            if not backend.is_array(given):
+                raise TypeError(f"{where}: '{name}' must be an array, got "
+                                f"{type(given).__name__}")
+            if tuple(given.shape) != tuple(mine.shape):
+                raise ValueError(f"{where}: '{name}' has shape {tuple(given.shape)} in the state "
+                                 f"and {tuple(mine.shape)} in the model")
+            if given.dtype != mine.dtype:
+                raise TypeError(f"{where}: '{name}' has dtype {given.dtype} in the state and "
+                                f"{mine.dtype} in the model")
+        for name, value, kind in targets:               # all checked: now assign
+            mine = value._data if kind == "var" else getattr(*value)
+            array = _like(state[name], mine)
+            if kind == "var":
+                value.data = array
+                value.reset()
+            else:
+                setattr(*value, array)
+        return self
+
+    # -- devices
+    def to_gpu(self, device=None):
+        """Move every parameter and buffer to the GPU (CuPy; GPU number ``device``) in place;
+        returns the model. The last graph a model keeps is dropped (it lives on the old
+        device). Raises RuntimeError when CuPy with a GPU is not available."""
+        backend.to_gpu(numpy.zeros(0), device)     # fails before anything moves
+        return self._move(lambda node: node.to_gpu(device),
+                          lambda array: backend.to_gpu(array, device))
+
+    def to_cpu(self):
+        """Move every parameter and buffer to host memory (NumPy) in place; returns the
+        model."""
+        return self._move(lambda node: node.to_cpu(), backend.to_cpu)
+
+    def _move(self, move_node, move_array):
+        for _, value, kind in _walk(self):
+            if kind == "var":
+                move_node(value)
+            else:
+                setattr(*value, move_array(getattr(*value)))
+        for module in _modules(self):
+            module._forget_graph()
+        return self
+
+    def _forget_graph(self):
+        """Drop the nodes computed by ops that this module keeps as attributes (its last
+        output): the graph of the last call, which must not move, be copied or be saved."""
+        for name, value in list(vars(self).items()):
+            if _is_graph(value):
+                setattr(self, name, None)
+
+    def __deepcopy__(self, memo):
+        """A copy with its own parameters and buffers (shared ones stay shared within the
+        copy); the last graph the model keeps is not copied."""
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in vars(self).items():
+            setattr(clone, name, None if _is_graph(value) else copy.deepcopy(value, memo))
+        return clone
+
+    # -- printing
+    def extra_repr(self):
+        """What ``repr`` shows in the parentheses after the class name (a layer's sizes)."""
+        return ""
+
+    def tree(self):
+        """The lines of ``repr(self)`` without the parameter count: the class, then one line
+        per parameter, buffer and submodule (indented)."""
+        body = []
+        for name, value in self.members():
+            body.extend(_describe_member(name, value))
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        return [head + ")"] if not body else [head] + ["  " + line for line in body] + [")"]
+
+    def __repr__(self):
+        lines = self.tree()
+        count = f"{sum(p.size for p in self.vars):,} parameters"
+        if len(lines) == 1:
+            return f"{lines[0]}  # {count}"
+        return "\n".join(lines[:-1] + [f"  # {count}", lines[-1]])
+
+    def _repr_html_(self):
+        return f"<pre>{html.escape(repr(self))}</pre>"
+
+
+# ----------------------------------------------------------------------------- the walk
+
+def _is_graph(value):
+    return isinstance(value, NetVar) and bool(value._parents)
+
+
+def _walk(root):
+    """``(name, value, kind)`` for every parameter (kind "var", value the NetVar) and buffer
+    (kind "buffer", value ``(owner, attribute)``) under ``root``, each once."""
+    found, seen_vars, seen_objects = [], set(), set()
+
+    def visit(prefix, value):
+        if isinstance(value, NetVar):
+            if value.requires_grad and not value._parents and id(value) not in seen_vars:
+                seen_vars.add(id(value))
+                found.append((prefix, value, "var"))
+            return
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                visit(_join(prefix, str(i)), item)
+            return
+        if isinstance(value, dict):
+            for key, item in value.items():
+                visit(_join(prefix, str(key)), item)
+            return
+        if isinstance(value, type) or id(value) in seen_objects:
+            return
+        if isinstance(value, Module):
+            seen_objects.add(id(value))
+            for name, item in value.members():
+                visit(_join(prefix, name), item)
+        names = getattr(type(value), "buffers", ())
+        if names and isinstance(names, tuple):
+            seen_objects.add(id(value))
+            for attribute in names:
+                if backend.is_array(getattr(value, attribute, None)):
+                    found.append((_join(prefix, attribute), (value, attribute), "buffer"))
+
+    visit("", root)
+    return found
+
+
+def _modules(root):
+    """Every Module under ``root`` (itself included), each once."""
+    out, seen = [], set()
+
+    def visit(value):
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, Module) and id(value) not in seen:
+            seen.add(id(value))
+            out.append(value)
+            for _, item in value.members():
+                visit(item)
+
+    visit(root)
+    return out
+
+
+def _join(prefix, name):
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _like(array, mine):
+    """``array`` on the device of ``mine`` (a fresh array: the state's own is never kept)."""
+    if backend.array_module(mine) is numpy:
+        return numpy.array(backend.to_cpu(array))
+    return backend.to_gpu(backend.to_cpu(array), mine.device.id)
+
+
+# ----------------------------------------------------------------------------- repr
+
+def _describe_member(name, value):
+    """Lines for one attribute in a module's repr, or [] for what is not a parameter, buffer
+    or module."""
+    if isinstance(value, Module):
+        lines = value.tree()
+        return [f"({name}): {lines[0]}"] + lines[1:]
+    if isinstance(value, NetVar):
+        if value.requires_grad and not value._parents:
+            return [f"({name}): {tuple(value.shape)} {value.dtype}"]
+        return []
+    if isinstance(value, (list, tuple, dict)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        lines = []
+        for key, item in items:
+            lines.extend(_describe_member(f"{name}.{key}", item))
+        return lines
+    names = getattr(type(value), "buffers", ())
+    if names and isinstance(names, tuple) and not isinstance(value, type):
+        return [f"({name}.{a}): buffer {tuple(getattr(value, a).shape)}" for a in names
+                if backend.is_array(getattr(value, a, None))]
+    return []
