@@ -72,8 +72,8 @@ class Module:
 
     def named_buffers(self):
         """Dict of dotted name → buffer array (saved and moved, never trained)."""
-        return {name: getattr(owner, attribute) for name, (owner, attribute), kind
-                in _walk(self) if kind == "buffer"}
+        return {name: getattr(*value) for name, value, kind in _walk(self)
+                if kind == "buffer"}
 
     # -- state: copies out, checked copies in
     def state(self):
@@ -91,7 +91,9 @@ class Module:
         Every name, shape and dtype is checked first: a missing or unexpected name, another
         shape or another dtype raises (KeyError, ValueError, TypeError naming the first
         difference) and nothing is assigned. Parameters keep their identity (an optimizer over
-        ``vars`` keeps working); their gradients are forgotten.
+        ``vars`` keeps working); their gradients are forgotten. A buffer may come in another
+        float dtype and is taken in it: buffers follow the data's dtype at their next use
+        (BatchNorm's statistics of float64 data are float64).
         """
         if not isinstance(state, dict):
             raise TypeError(f"{type(self).__name__}.load_state: state must be a dict of name → "
@@ -116,7 +118,7 @@ class Module:
             if tuple(given.shape) != tuple(mine.shape):
                 raise ValueError(f"{where}: '{name}' has shape {tuple(given.shape)} in the state "
                                  f"and {tuple(mine.shape)} in the model")
-            if given.dtype != mine.dtype:
+            if kind == "var" and given.dtype != mine.dtype or given.dtype.kind != mine.dtype.kind:
                 raise TypeError(f"{where}: '{name}' has dtype {given.dtype} in the state and "
                                 f"{mine.dtype} in the model")
         for name, value, kind in targets:               # all checked: now assign
