@@ -17,6 +17,7 @@ from .dtypes import get_dtype, set_dtype
 from .modes import enable_grad, eval_mode, is_grad_enabled, is_training, no_grad, train_mode
 from .instrument import AnomalyError, detect_anomaly
 from .module import Module
+from . import layers
 from .ops import *  # noqa: F401,F403  (the op catalogue)
 from .optim import *  # noqa: F401,F403
 from .nets import *  # noqa: F401,F403

@@ -29,11 +29,14 @@ Fan conventions for the row-oriented layout, where ``x @ w`` maps rows of inputs
 | ``identity(gain=1)`` | gain · I (ones on the diagonal of a 2-D shape) |
 | ``rand2`` | U(±√(3 / mean(shape))), the article's |
 | ``zeros`` | 0 |
+
+``recurrent_weights(cell, inputs, hidden)`` makes the three parameters ``(W, R, b)`` of a fused
+recurrent op (``RNN``, ``LSTM``, ``GRU``) at once.
 """
 
 __all__ = ['rand2', 'gaussian', 'uniform', 'glorot', 'glorot_uniform', 'glorot_normal', 'he',
            'he_normal', 'he_uniform', 'lecun_normal', 'lecun_uniform', 'orthogonal', 'identity',
-           'zeros']
+           'zeros', 'recurrent_weights']
 import math
 
 import numpy
@@ -41,6 +44,7 @@ import numpy
 from . import backend, checks
 from .core import NetVar
 from .dtypes import get_dtype
+from .ops.recurrent import GRU, LSTM, RNN
 
 
 def _shape(shape, owner):
@@ -171,3 +175,34 @@ def zeros(*shape, seed=None):
     """All zeros (biases). ``seed`` is accepted for a uniform signature and unused."""
     backend.as_generator(seed, "zeros")
     return _param(numpy.zeros(_shape(shape, "zeros")))
+
+
+_RECURRENT = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
+
+
+def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
+    """Parameters ``(W, R, b)`` for ``RNN``, ``LSTM`` or ``GRU`` (``cell`` = 'rnn', 'lstm', 'gru').
+
+    W (inputs, k·H) and R (H, k·H) uniform in ±1/√H; b zeros, shape (1, k·H) — (2, 3H) for the
+    GRU — except the LSTM's forget-gate bias b[0, H:2H] = ``forget_bias`` (1 by default, so that
+    the cell starts by remembering). ``seed``: None (nnkit's global generator), an int or a
+    Generator; W is drawn before R.
+    """
+    if cell not in _RECURRENT:
+        raise ValueError(f"recurrent_weights: cell must be one of {sorted(_RECURRENT)}, got "
+                         f"{cell!r}")
+    for name, size in (("inputs", inputs), ("hidden", hidden)):
+        checks.count("recurrent_weights", name, size, 1)
+    if not (checks.is_number(forget_bias) and math.isfinite(forget_bias)):
+        raise ValueError(f"recurrent_weights: forget_bias must be a finite number, got "
+                         f"{forget_bias!r}")
+    generator = backend.as_generator(seed, "recurrent_weights")
+    op = _RECURRENT[cell]
+    k = op.gates
+    limit = 1 / math.sqrt(hidden)
+    W = _uniform((inputs, k * hidden), limit, generator, "recurrent_weights")
+    R = _uniform((hidden, k * hidden), limit, generator, "recurrent_weights")
+    b = numpy.zeros((2 if op.two_biases else 1, k * hidden), dtype=get_dtype())
+    if cell == 'lstm':
+        b[0, hidden:2 * hidden] = forget_bias
+    return W, R, NetVar(b)

@@ -26,7 +26,7 @@ LAYERS = [
     ["ops.arithmetic", "ops.shape"],
     ["ops.activation", "ops.indexing", "ops.reduce", "ops.math", "ops.loss",
      "ops.regularization", "ops.normalization", "ops.conv", "ops.recurrent"],
-    ["ops.embedding", "ops.classification", "ops.cells"],
+    ["ops.embedding", "ops.classification", "ops.cells", "ops.einsum", "ops.attention"],
     ["ops.surface"],                    # NetVar's operators and methods, over every family
     ["ops"],
     ["optim.base"],
@@ -35,6 +35,7 @@ LAYERS = [
     ["optim.adamw"],                    # Adam with decoupled weight decay
     ["optim"],
     ["init", "data"],
+    ["layers"],                         # Modules owning one op's parameters
     ["io"],                             # save/load through the protocol models implement
     ["nets.metrics", "nets.ffn", "nets.sequence"],
     ["nets.hooks"],

@@ -1,50 +1,18 @@
 """Sequence models: embedding -> fused recurrent op -> affine, in a few lines."""
 
-__all__ = ['SequenceModel', 'recurrent_weights']
-import math
-
+__all__ = ['SequenceModel']
 import numpy
 
 from .. import backend, checks
 from ..core import NetVar
 from ..dtypes import get_dtype
+from ..init import glorot_uniform, recurrent_weights
 from ..module import Module
 from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
 
 _LAYERS = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
-
-
-def _uniform(generator, limit, shape):
-    return NetVar(generator.uniform(-limit, limit, shape).astype(get_dtype()))
-
-
-def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
-    """Parameters ``(W, R, b)`` for ``RNN``, ``LSTM`` or ``GRU`` (``cell`` = 'rnn', 'lstm', 'gru').
-
-    W (inputs, k·H) and R (H, k·H) uniform in ±1/√H; b zeros, shape (k·H,) — (2, 3H) for the GRU
-    — except the LSTM's forget-gate bias b[H:2H] = ``forget_bias`` (1 by default, so that the
-    cell starts by remembering). ``seed``: None (nnkit's global generator), an int or a
-    Generator.
-    """
-    if cell not in _LAYERS:
-        raise ValueError(f"recurrent_weights: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
-    for name, size in (("inputs", inputs), ("hidden", hidden)):
-        checks.count("recurrent_weights", name, size, 1)
-    if not (checks.is_number(forget_bias) and math.isfinite(forget_bias)):
-        raise ValueError(f"recurrent_weights: forget_bias must be a finite number, got "
-                         f"{forget_bias!r}")
-    generator = backend.as_generator(seed, "recurrent_weights")
-    layer = _LAYERS[cell]
-    k = layer.gates
-    limit = 1 / math.sqrt(hidden)
-    W = _uniform(generator, limit, (inputs, k * hidden))
-    R = _uniform(generator, limit, (hidden, k * hidden))
-    b = numpy.zeros((2 if layer.two_biases else 1, k * hidden), dtype=get_dtype())
-    if cell == 'lstm':
-        b[0, hidden:2 * hidden] = forget_bias
-    return W, R, NetVar(b)
 
 
 def _describe(value):
@@ -97,8 +65,7 @@ class SequenceModel(Module):
             self.table = NetVar(generator.standard_normal((inputs, embedding)).astype(get_dtype()))
             features = embedding
         self.W, self.R, self.b = recurrent_weights(cell, features, hidden, seed=generator)
-        limit = math.sqrt(6.0 / (hidden + outputs))
-        self.Wo = _uniform(generator, limit, (hidden, outputs))
+        self.Wo = glorot_uniform(hidden, outputs, seed=generator)
         self.bo = NetVar(numpy.zeros((1, outputs), dtype=get_dtype()))
         self.recurrent = None
         self.output = None

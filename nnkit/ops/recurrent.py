@@ -352,6 +352,7 @@ class RNN(_Recurrent):
     R = weight_hh_l0ᵀ, b = bias_ih_l0 + bias_hh_l0 (``nonlinearity`` = activation).
     """
     __slots__ = ("activation",)
+    activations = tuple(sorted(_ACTIVATIONS))     # the names ``activation`` accepts
 
     def __init__(self, x, W, R, b, h0=None, lengths=None, activation='tanh'):
         if activation not in _ACTIVATIONS:
