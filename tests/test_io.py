@@ -111,14 +111,15 @@ def test_mismatched_model_is_refused_and_left_unchanged(path):
                    (nn.Multiply, nn.glorot(9, 3)), (nn.Add, nn.zeros(3)))
     before = _snapshot(wider.vars)
     with pytest.raises(nn.CheckpointError,
-                       match=r"parameter '0.Multiply.1' is float32 \(4, 8\) in the file, "
+                       match=r"parameter 'topology.0.1' is float32 \(4, 8\) in the file, "
                              r"float32 \(4, 9\) in the model"):
         nn.load(path, wider)
     _assert_unchanged(wider.vars, before)
 
     shorter = nn.FFN((nn.Multiply, nn.glorot(4, 8)), (nn.Add, nn.zeros(8)))
-    with pytest.raises(nn.CheckpointError, match=r"in the file but not in the model "
-                                                 r"\['3.Multiply.1', '4.Add.1'\]"):
+    with pytest.raises(nn.CheckpointError, match=r"the file's parameter 'topology.3.1' is not "
+                                                 r"in the model .*in the file but not in the "
+                                                 r"model: \['topology.3.1', 'topology.4.1'\]"):
         nn.load(path, shorter)
 
     other_ops = _net(3)
@@ -186,8 +187,21 @@ def test_unknown_op_is_refused_with_its_name(path):
     with pytest.raises(nn.CheckpointError, match=r"uses op 'Cube', which is not registered"):
         nn.load(path)
     assert nn.load(path, ops={"Cube": Cube}).model.topology[1][0] is Cube
-    with pytest.raises(TypeError, match="not an nnkit op class"):
-        nn.save(path, nn.FFN((lambda x: x,)))
+
+
+def test_an_ffn_with_an_entry_that_is_not_data_saves_but_is_not_rebuilt(path):
+    def double(x):
+        return x * 2
+
+    net = nn.FFN((nn.Multiply, nn.rand2(2, 2)), (double,))
+    nn.save(path, net)
+    with pytest.raises(nn.CheckpointError, match=r"FFN topology entry 1 is the function double, "
+                                                 r"which cannot be rebuilt from the file; give "
+                                                 r"the model to load into"):
+        nn.load(path)
+    other = nn.FFN((nn.Multiply, nn.rand2(2, 2)), (double,))
+    nn.load(path, other)
+    np.testing.assert_array_equal(other.vars[0].data, net.vars[0].data)
 
 
 def test_interrupted_writer_leaves_the_previous_checkpoint(path, monkeypatch):
@@ -348,8 +362,11 @@ def test_a_refused_save_leaves_the_previous_file_as_it_was(path):
     with pytest.raises(ValueError, match=r"save: the optimizer updates parameter 4 \(NetVar "
                                          r".*\), which is not in the model"):
         nn.save(path, net, optimizer=nn.Adam(net.vars + [nn.NetVar(np.ones((1, 2)))]))
-    with pytest.raises(TypeError, match="save: FFN topology entry 1 uses SequenceModel"):
-        nn.save(path, nn.FFN((nn.ReLU,), (nn.SequenceModel(4, 5, 3),)))
+    with pytest.raises(TypeError, match=r"save: model\['b'\] is int 3, not a parameter"):
+        nn.save(path, {"w": nn.zeros(2), "b": 3})
+    with pytest.raises(TypeError, match=r"save: model\[1\] is a NetVar that does not require a "
+                                        r"gradient \(a constant\)"):
+        nn.save(path, [nn.zeros(2), nn.NetVar(np.ones(2), requires_grad=False)])
     assert open(path, "rb").read() == original
     assert os.listdir(os.path.dirname(path)) == ["model.npz"]
 

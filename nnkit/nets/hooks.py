@@ -11,6 +11,7 @@ import os
 import time
 
 from .. import backend, checks
+from ..io import check_model
 from ..optim.base import Optimizer
 from ..optim.schedules import Best, ReduceOnPlateau
 from .metrics import MeanLoss
@@ -163,13 +164,17 @@ class EarlyStopping(Hook):
 class SaveBest(Hook):
     """Save a checkpoint (``nnkit.save``) to ``path`` whenever ``metric`` improves.
 
-    ``model`` is what to save (an FFN, dict or list; the optimizer's parameters by default);
-    ``optimizer=True`` also saves the optimizer's state. The checkpoint's extra data holds the
-    epoch and the metric. ``restore=True`` loads the best parameters back at the end of fit.
+    ``model`` is what to save: anything ``nn.save`` takes (a Module, nested or not, such as an
+    FFN or a SequenceModel, with its buffers; a dict or list of parameters and Modules); the
+    optimizer's parameters by default. ``optimizer=True`` also saves the optimizer's state. The
+    checkpoint's extra data holds the epoch and the metric. ``restore=True`` loads the best
+    parameters (and buffers) back at the end of fit.
 
-    The folder of ``path`` must exist and be writable when fit starts (checked before
-    training). The write is atomic: a failed save leaves the previous checkpoint whole, and
-    the hook's best value and epoch as they were.
+    A model that cannot be saved is refused here, when the hook is built (TypeError naming what
+    was given and where); with ``optimizer=True``, a model that does not hold every parameter
+    the optimizer updates is refused when fit starts. The folder of ``path`` must exist and be
+    writable when fit starts (checked before training). The write is atomic: a failed save
+    leaves the previous checkpoint whole, and the hook's best value and epoch as they were.
     """
 
     def __init__(self, path, metric="val_loss", mode="min", model=None, optimizer=False,
@@ -177,6 +182,8 @@ class SaveBest(Hook):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"SaveBest: path must be a str or a path, got "
                             f"{type(path).__name__} {path!r}")
+        if model is not None:
+            check_model(model, "SaveBest")
         self.path, self.metric, self.model = path, _metric_name("SaveBest", metric), model
         self.save_optimizer = checks.flag("SaveBest", "optimizer", optimizer)
         self.restore = checks.flag("SaveBest", "restore", restore)
@@ -194,6 +201,14 @@ class SaveBest(Hook):
         if not os.access(folder, os.W_OK | os.X_OK):
             raise PermissionError(f"SaveBest: the folder '{folder}' of path '{path}' is not "
                                   "writable")
+        if self.save_optimizer and self.model is not None:
+            held = {id(p) for p in check_model(self.model, "SaveBest").params.values()}
+            for position, p in enumerate(trainer.optimizer.params):
+                if id(p) not in held:
+                    raise ValueError(f"SaveBest: the optimizer updates parameter {position} "
+                                     f"({p._describe()}), which the model does not hold; give "
+                                     "the model that holds every parameter the optimizer "
+                                     "updates, or optimizer=False")
 
     def on_epoch_end(self, trainer, logs):
         from ..io import save

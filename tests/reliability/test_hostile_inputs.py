@@ -359,7 +359,8 @@ CASES = [
     ("save into a missing folder", lambda m: nn.save(str(m.tmp / "no" / "x.npz"), m.net),
      FileNotFoundError, r"save: the directory '.*no' does not exist"),
     ("save a number", lambda m: nn.save(str(m.tmp / "x.npz"), 42), TypeError,
-     r"save: the model must be an FFN, a dict name -> NetVar or a list of NetVars, got int"),
+     r"save: the model must be a Module \(an FFN, .*\), or a dict or list of parameters "
+     r"\(NetVars\) and Modules, got int 42"),
     # -- networks, training
     ("FFN entry", lambda m: nn.FFN((1, 2)), TypeError,
      r"FFN: topology entry 0 starts with 1, which is not an op class"),
