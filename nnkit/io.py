@@ -593,7 +593,8 @@ def _few(names):
 
 def _check_arrays(path, kind, mine, saved):
     """The model's arrays (``mine``, by file name) against the file's: the same names, then
-    the same shapes and dtypes; the error names the first difference."""
+    the same shapes and dtypes (a buffer: any float dtype, as ``Module.load_state`` takes it);
+    the error names the first difference."""
     missing = [name for name in mine if name not in saved]
     unexpected = [name for name in saved if name not in mine]
     if missing or unexpected:
@@ -604,7 +605,10 @@ def _check_arrays(path, kind, mine, saved):
                               f"the model: {_few(unexpected)})")
     for name, array in mine.items():
         other = saved[name]
-        if tuple(other.shape) != tuple(array.shape) or other.dtype != array.dtype:
+        # a buffer may come in another float dtype: it follows the data's at its next use
+        same_dtype = other.dtype == array.dtype or (
+            kind == "buffer" and other.dtype.kind == array.dtype.kind == "f")
+        if tuple(other.shape) != tuple(array.shape) or not same_dtype:
             raise CheckpointError(f"load: '{path}' does not match the model: {kind} "
                                   f"'{name}' is {other.dtype} {tuple(other.shape)} in the file, "
                                   f"{array.dtype} {tuple(array.shape)} in the model")

@@ -205,13 +205,20 @@ def _is_graph(value):
 def _walk(root):
     """``(name, value, kind)`` for every parameter (kind "var", value the NetVar) and buffer
     (kind "buffer", value ``(owner, attribute)``) under ``root``, each once."""
-    found, seen_vars, seen_objects = [], set(), set()
+    found, seen_vars, seen_objects, names = [], set(), set(), set()
+
+    def add(name, value, kind):
+        if name in names:        # e.g. a dict key with a dot: "a.b" and {"a": {"b": ...}}
+            raise ValueError(f"{type(root).__name__}: two parameters or buffers would be named "
+                             f"'{name}'; rename one (a dict key must not contain a dot)")
+        names.add(name)
+        found.append((name, value, kind))
 
     def visit(prefix, value):
         if isinstance(value, NetVar):
             if value.requires_grad and not value._parents and id(value) not in seen_vars:
                 seen_vars.add(id(value))
-                found.append((prefix, value, "var"))
+                add(prefix, value, "var")
             return
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
@@ -232,7 +239,7 @@ def _walk(root):
             seen_objects.add(id(value))
             for attribute in names:
                 if backend.is_array(getattr(value, attribute, None)):
-                    found.append((_join(prefix, attribute), (value, attribute), "buffer"))
+                    add(_join(prefix, attribute), (value, attribute), "buffer")
 
     visit("", root)
     return found

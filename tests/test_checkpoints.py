@@ -330,10 +330,10 @@ def _assert_same(before, after):
             {k: v for k, v in b.items() if k != "params"}
 
 
-def _float64_statistics(seed):
+def _statistics_of(dtype, seed=0):
     net = Net(seed)
-    net.bn.running_mean = net.bn.running_mean.astype(np.float64)
-    net.bn.running_var = net.bn.running_var.astype(np.float64)
+    net.bn.running_mean = net.bn.running_mean.astype(dtype)
+    net.bn.running_var = net.bn.running_var.astype(dtype)
     return net
 
 
@@ -346,8 +346,8 @@ def _float64_statistics(seed):
                                             r"file, float32 \(4, 2\) in the model"),
     (lambda: Net(0, batchnorm=False), r"the model's buffer 'bn.running_mean' is not in the "
                                       r"file"),
-    (lambda: _float64_statistics(0), r"buffer 'bn.running_mean' is float64 \(4,\) in the file, "
-                                     r"float32 \(4,\) in the model"),
+    (lambda: _statistics_of(np.int64), r"buffer 'bn.running_mean' is int64 \(4,\) in the file, "
+                                       r"float32 \(4,\) in the model"),
 ], ids=["shape", "missing name", "extra name", "dtype", "missing buffer", "buffer dtype"])
 def test_a_mismatching_checkpoint_changes_nothing_and_names_the_difference(path, source,
                                                                             message):
@@ -583,3 +583,15 @@ def test_save_best_saves_and_restores_a_module_with_buffers(tmp_path):
                                          r"the model does not hold"):
         nn.Trainer(lambda batch: step(batch), other, hooks=[partial]).fit([_batch(0)])
     assert not (tmp_path / "b.npz").exists()
+
+
+def test_float64_statistics_load_into_a_float32_model(path):
+    # BatchNorm's statistics follow the data's dtype: a model run on float64 data saves float64
+    # statistics, which a fresh model (float32 statistics) takes in float64
+    saved = _statistics_of(np.float64)
+    saved.bn.running_mean[...] = 0.25
+    nn.save(path, saved)
+    fresh = Net(1)
+    nn.load(path, fresh)
+    assert fresh.bn.running_mean.dtype == np.float64
+    np.testing.assert_array_equal(fresh.bn.running_mean, np.full(4, 0.25))

@@ -207,3 +207,14 @@ def test_sequence_model_is_a_module():
     assert clone.recurrent is None and clone.output is None
     with pytest.raises(RuntimeError, match="final_state: call the model on a batch first"):
         clone.final_state
+
+
+def test_two_parameters_under_one_dotted_name_are_refused():
+    class Clash(nn.Module):
+        def __init__(self):
+            self.a = {"b": nn.NetVar(np.ones(2))}
+            self.params = {"a.b": nn.NetVar(np.zeros(2))}
+            self.__dict__["a.b"] = nn.NetVar(np.zeros(2))     # an attribute named with a dot
+
+    with pytest.raises(ValueError, match="Clash: two parameters or buffers would be named 'a.b'"):
+        Clash().state()
