@@ -1,4 +1,5 @@
-"""Train an MLP on the 8x8 handwritten digits that ship with scikit-learn, with the Trainer.
+"""Train an MLP (``nn.layers``: two ``Linear`` layers with a ReLU) on the 8x8 handwritten digits
+that ship with scikit-learn, with the Trainer.
 
     python examples/digits.py [output-directory]
 
@@ -33,14 +34,14 @@ def main(out=None, epochs=100, batch=64, seed=0):
     X_train, y_train, X_test, y_test = load(seed)
     cut = int(0.85 * len(X_train))
     X_fit, y_fit, X_val, y_val = X_train[:cut], y_train[:cut], X_train[cut:], y_train[cut:]
-    model = {"W1": nn.he(64, 128), "b1": nn.zeros(128), "W2": nn.he(128, 10), "b2": nn.zeros(10)}
-
-    def logits(x):
-        return nn.ReLU(x @ model["W1"] + model["b1"]) @ model["W2"] + model["b2"]
+    model = nn.layers.Sequential(           # 64 pixels → 128 hidden units → 10 class scores
+        nn.layers.Linear(64, 128), nn.ReLU,
+        nn.layers.Linear(128, 10),
+    )
 
     def step(batch):
         x, y = batch
-        z = logits(nn.NetVar(x, requires_grad=False))
+        z = model(x)                        # a NumPy batch becomes a constant node
         return nn.SoftmaxCELoss(z, y), z, y
 
     rng = np.random.default_rng(seed)
@@ -65,7 +66,7 @@ def main(out=None, epochs=100, batch=64, seed=0):
         hooks.append(plot)
     except ImportError:
         plot = None                                     # no matplotlib: no curves
-    trainer = nn.Trainer(step, nn.Adam(list(model.values()), lr=0.003), hooks=hooks,
+    trainer = nn.Trainer(step, nn.Adam(model.vars, lr=0.003), hooks=hooks,
                          metrics={"accuracy": nn.Accuracy()})
     history = trainer.fit(train_batches, epochs=epochs, val=[(X_val, y_val)])
 
@@ -74,7 +75,7 @@ def main(out=None, epochs=100, batch=64, seed=0):
     if plot is not None:
         print(f"curves saved to {plot.path}")
     with nn.no_grad():
-        predicted = logits(nn.NetVar(X_test, requires_grad=False)).data.argmax(axis=1)
+        predicted = model(X_test).data.argmax(axis=1)
     accuracy = float((predicted == y_test).mean())
     print(f"test accuracy: {accuracy:.4f}")
     return accuracy
