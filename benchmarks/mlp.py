@@ -113,8 +113,8 @@ class NumpyMLP:
 
 
 def run_mlp(h, params, relu):
-    """The MLP's logits on nodes of any framework: h·W + b per layer (params W0, b0, W1, ...),
-    ``relu`` between layers."""
+    """The MLP's logits written with a framework's tensors (PyTorch's here): h·W + b per layer
+    (params W0, b0, W1, ...), ``relu`` between layers."""
     last = len(params) - 2
     for i in range(0, len(params), 2):
         h = h @ params[i] + params[i + 1]
@@ -124,19 +124,26 @@ def run_mlp(h, params, relu):
 
 
 class NnkitMLP:
-    """The same network written as an nnkit user would write it (on the GPU with ``gpu``)."""
+    """The same network written as an nnkit user would write it: a ``Sequential`` of
+    ``nn.layers.Linear`` with ReLU between them, given the shared start weights through
+    ``load_state`` (on the GPU with ``gpu``)."""
 
     def __init__(self, layers, gpu=False):
-        self.params = [nn.NetVar(a.copy().reshape(1, -1) if a.ndim == 1 else a.copy())
-                       for layer in layers for a in layer]
+        entries = []
+        for W, _ in layers:
+            entries += [nn.layers.Linear(*W.shape), nn.ReLU]
+        self.model = nn.layers.Sequential(*entries[:-1])          # no ReLU after the last
+        state = {}
+        for i, (W, b) in enumerate(layers):                       # Linear's b is a (1, n) row
+            state[f"layers.{2 * i}.W"], state[f"layers.{2 * i}.b"] = W, b.reshape(1, -1)
+        self.model.load_state(state)
         if gpu:
-            for p in self.params:
-                p.to_gpu()
+            self.model.to_gpu()
+        self.params = self.model.vars                 # W0, b0, W1, b1, ...
         self.optimizer = nn.Adam(self.params, lr=LR, momentum=BETAS[0], rms=BETAS[1], eps=EPS)
 
     def loss(self, x, y):
-        logits = run_mlp(nn.NetVar(x, requires_grad=False), self.params, nn.ReLU)
-        return nn.SoftmaxCELoss(logits, y)
+        return nn.SoftmaxCELoss(self.model(x), y)
 
     def gradients(self, x, y):
         loss = self.loss(x, y)
