@@ -7,7 +7,7 @@ lengths L_b into one (T, B, F) array (T = max L_b), or (T, B) for token ids, plu
 __all__ = ['pad_sequences', 'minibatches']
 import numpy
 
-from . import backend, checks
+from . import backend, checks, distributed
 from .dtypes import get_dtype
 
 
@@ -114,7 +114,7 @@ def _pad(arrays, dtype, value):
 
 
 def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, seed=None,
-                drop_last=False, value=0.0, device=None):
+                drop_last=False, value=0.0, device=None, shard=False):
     """An iterator of padded minibatches ``(x, lengths, t)`` (``(x, lengths)`` without targets).
 
     x, lengths: ``pad_sequences`` of the batch's sequences (x (T, B) or (T, B, F), time-major).
@@ -131,6 +131,11 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     device: where x and t are yielded: None or 'cpu' (NumPy), 'gpu' or 'gpu:N' (CuPy), e.g.
     ``device=model.vars[0].device``. lengths stay NumPy: the recurrent ops read them on the
     host to schedule their steps.
+    shard: True for data-parallel training (``nnkit.distributed``): every rank yields its part
+    of each batch (``distributed.shard`` of the batch's rows), the batches being those of rank 0
+    (its shuffle is broadcast, so unseeded ranks agree too) and, on one process, those of
+    ``shard=False``. Every rank must give the same number of sequences. batch_size must be at
+    least the number of ranks; a last batch with fewer rows than ranks is dropped.
 
     Every argument is checked at the call (TypeError for a wrong kind: a float or bool
     batch_size, a shuffle or drop_last that is not a bool; ValueError for a wrong value), before
@@ -144,6 +149,9 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     batch_size = checks.count("minibatches", "batch_size", batch_size, 1)
     checks.flag("minibatches", "shuffle", shuffle)
     checks.flag("minibatches", "drop_last", drop_last)
+    if checks.flag("minibatches", "shard", shard) and batch_size < distributed.size():
+        raise ValueError(f"minibatches: shard=True cuts each batch into {distributed.size()} "
+                         f"parts, one per rank; batch_size {batch_size} is smaller")
     if not isinstance(bucket, (bool, numpy.bool_)):
         if not checks.is_integer(bucket):
             raise TypeError(f"minibatches: bucket must be False, True or a number of batches "
@@ -178,7 +186,28 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
         batches.pop()
     if bucket and shuffle:
         batches = [batches[k] for k in rng.permutation(len(batches))]
+    if shard:
+        batches = _shards(batches, N)
     return _padded(batches, arrays, dtype, value, targets, target_dtype, move)
+
+
+def _shards(batches, N):
+    """This rank's part of each of rank 0's batches; batches smaller than the number of ranks
+    are dropped. Every rank raises ValueError when the ranks hold different numbers of
+    sequences."""
+    ranks = distributed.size()
+    if ranks == 1:
+        return batches
+    low, high = distributed.allreduce(numpy.array([-N, N]), "max")
+    if -low != high:
+        raise ValueError(f"minibatches: shard=True needs the same sequences on every rank; "
+                         f"this rank has {N}, others between {-low} and {high}")
+    sizes = numpy.array([len(rows) for rows in batches], dtype=numpy.int64)
+    order = numpy.concatenate([sizes, *batches]).astype(numpy.int64)
+    order = distributed.broadcast(order)               # rank 0's batches, on every rank
+    sizes, flat = order[:len(batches)], order[len(batches):]
+    cuts = numpy.cumsum(sizes)[:-1]
+    return [distributed.shard(rows) for rows in numpy.split(flat, cuts) if len(rows) >= ranks]
 
 
 def _mover(device):

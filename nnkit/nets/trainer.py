@@ -25,6 +25,13 @@ epoch before anything trains.
 Each epoch's logs hold ``epoch``, ``loss``, every metric, ``val_loss`` and ``val_<metric>``
 with validation data, ``lr``, ``samples`` and ``time`` (seconds). ``fit`` returns
 ``trainer.history`` (a ``History``: dict of lists of those logs).
+
+Over several processes, ``hooks=[nnkit.distributed.DataParallel(model)]`` makes the Trainer
+all-reduce the gradients before each step, sum the epoch's loss and metrics over the ranks, run
+the output hooks (``ProgressBar``, ``SaveBest``, ``PlotHistory``, any hook with
+``root_only = True``) on rank 0 only and stop every rank together; ``DataParallel``'s docstring
+says where each happens. ``trainer.batch_weight`` is the current batch's weight in the epoch's
+mean (its rows, or ``mask.sum()``), which weights each rank's gradient.
 """
 
 __all__ = ['Trainer']
@@ -36,13 +43,16 @@ import time
 
 from .. import backend, checks
 from ..core import NetVar
+from ..distributed import DataParallel
 from ..modes import eval_mode, no_grad
-from .hooks import History, Hook  # noqa: F401  (Hook: the hooks' base, importable from here too)
+from .hooks import History, Hook, PlotHistory, ProgressBar, SaveBest  # noqa: F401  (Hook too)
 from .metrics import MeanLoss
 
 _CALLBACKS = ("on_fit_start", "on_epoch_start", "on_before_step", "on_batch_end",
               "on_epoch_end", "on_fit_end")
 _LOG_KEYS = ("epoch", "loss", "lr", "samples", "time")
+_ROOT_ONLY = (ProgressBar, SaveBest, PlotHistory)    # with DataParallel: rank 0 runs them alone
+_END = object()                                      # no batch left
 
 
 class Trainer:
@@ -50,7 +60,8 @@ class Trainer:
     val=None)`` trains and returns the History. See the module docstring for the protocol.
 
     ``hooks`` is a list of hook instances (``Hook`` subclasses, or objects with ``on_*``
-    callbacks), each at most once. ``metrics`` maps names to metric accumulators
+    callbacks), each at most once, and at most one ``DataParallel`` (kept as
+    ``trainer.parallel``, not in ``trainer.hooks``). ``metrics`` maps names to metric accumulators
     (``{"accuracy": nn.Accuracy()}``); a copy is used for validation; a name may not be one of
     the epoch logs' own keys (``epoch``, ``loss``, ``lr``, ``samples``, ``time``, ``val_*``).
     ``evaluate(batches)`` returns ``{"loss": ..., <metric>: ...}`` computed under
@@ -75,7 +86,13 @@ class Trainer:
         self.history = next((h for h in hooks if isinstance(h, History)), None)
         if self.history is None:      # (not ``or``: an empty History is a falsy dict)
             self.history = History()
-        self.hooks = [self.history] + [h for h in hooks if h is not self.history]
+        parallel = [h for h in hooks if isinstance(h, DataParallel)]
+        if len(parallel) > 1:
+            raise ValueError(f"Trainer: hooks hold {len(parallel)} DataParallel hooks; give one")
+        self.parallel = parallel[0] if parallel else None
+        self.hooks = [self.history] + [h for h in hooks
+                                       if h is not self.history and h is not self.parallel]
+        self._running = self.hooks      # the hooks this process runs (rank 0 only: all)
         self.metrics = metrics
         self._val_metrics = {name: copy.deepcopy(m) for name, m in self.metrics.items()}
         self.epoch = 0
@@ -86,6 +103,7 @@ class Trainer:
         self.logs = {}
         self.stop_reason = None
         self.val = None
+        self.batch_weight = None
 
     @property
     def params(self):
@@ -95,10 +113,50 @@ class Trainer:
         """Ask the trainer to stop (see ``Hook``); ``reason`` is printed once."""
         if self.stop_reason is None:
             self.stop_reason = reason
-            print(reason, file=sys.stderr)
+            if self.parallel is None or self.parallel.is_root:
+                print(reason, file=sys.stderr)
+
+    def _stopping(self):
+        """Whether to stop; with DataParallel, whether any rank stopped (then every rank
+        takes the reason of the lowest such rank)."""
+        if self.parallel is None:
+            return self.stop_reason is not None
+        if not self.parallel.agree(self.stop_reason is not None)[0]:
+            return False
+        self._adopt_stop()
+        return True
+
+    def _adopt_stop(self):
+        """Every rank takes the stop reason of the lowest rank that stopped (rank 0 prints it
+        unless it was its own, printed already)."""
+        where, reason = self.parallel.first(self.stop_reason)
+        agreed = reason if where == self.parallel.root else f"rank {where}: {reason}"
+        if self.stop_reason is None:
+            self.stop(agreed)
+        self.stop_reason = agreed
+
+    def _next_batch(self, iterator):
+        """The next batch, or ``_END``; with DataParallel the ranks first agree that each has
+        one and that none stopped in ``on_batch_end`` (then ``_END`` for all)."""
+        batch = next(iterator, _END)
+        if self.parallel is None:
+            return batch
+        stopped, some, missing = self.parallel.agree(self.stop_reason is not None,
+                                                     batch is not _END, batch is _END)
+        if stopped:
+            self._adopt_stop()
+            return _END
+        if some and missing:
+            where, count = self.parallel.first(self.batch if batch is _END else None)
+            raise ValueError(f"Trainer.fit: rank {where} ran out of batches after {count} in "
+                             f"epoch {self.epoch} while other ranks have more; with "
+                             "DataParallel every rank needs the same number of batches (cut "
+                             "every batch into shards: nn.minibatches(..., shard=True) or "
+                             "dist.shard)")
+        return batch
 
     def _call(self, callback, *args):
-        for hook in self.hooks:
+        for hook in self._running:
             method = getattr(hook, callback, None)
             if method is not None:
                 method(self, *args)
@@ -116,6 +174,12 @@ class Trainer:
         self.stop_reason = None
         self.val = val
         self.epochs = self.epoch + epochs
+        self._running = self.hooks
+        if self.parallel is not None:
+            self.parallel.on_fit_start(self)
+            if not self.parallel.is_root:
+                self._running = [hook for hook in self.hooks if not (
+                    isinstance(hook, _ROOT_ONLY) or getattr(hook, "root_only", False))]
         self._call("on_fit_start")
         for _ in range(epochs):
             self.epoch += 1
@@ -133,9 +197,11 @@ class Trainer:
                              self.evaluate(val).items()})
             self.logs = logs
             self._call("on_epoch_end", logs)
-            if self.stop_reason is not None:
+            if self._stopping():
                 break
         self._call("on_fit_end")
+        if self.parallel is not None:
+            self.parallel.on_fit_end(self)
         return self.history
 
     def _train_epoch(self, batches):
@@ -146,14 +212,17 @@ class Trainer:
         for metric in self.metrics.values():
             metric.reset()
         self.batch = 0
-        for batch in batches:
+        batches = iter(batches)
+        while (batch := self._next_batch(batches)) is not _END:
             loss, predictions, targets, mask = _unpack(self.step_fn(batch), self.metrics)
-            size = _positions(batch, predictions, mask)
+            size = self.batch_weight = _positions(batch, predictions, mask)
             value = loss.item()
             _update_metrics(self.metrics, predictions, targets, mask)
             loss.back()
+            if self.parallel is not None:        # first: hooks and modifiers see the sum
+                self.parallel.on_before_step(self, loss)
             self._call("on_before_step", loss)
-            if self.stop_reason is not None:
+            if self._stopping():
                 self.optimizer.reset()
                 return None
             self.optimizer.step()
@@ -161,11 +230,17 @@ class Trainer:
             self.batch += 1
             loss_metric.update(value, size)
             self._call("on_batch_end", {"loss": value, "size": size})
-            if self.stop_reason is not None:
+            # (with DataParallel the ranks agree on a stop here at the next _next_batch)
+            if self.parallel is None and self.stop_reason is not None:
                 return None
+        if self.stop_reason is not None:        # agreed in _next_batch
+            return None
         if self.batch == 0:
             raise ValueError(f"Trainer.fit: train_batches gave no batches in epoch {self.epoch}; "
                              "pass a list or a function returning a fresh iterable")
+        if self.parallel is not None:
+            self.parallel.sum_metrics([loss_metric, *self.metrics.values()])
+            self.parallel.average_buffers()
         return {"epoch": self.epoch, "loss": loss_metric.value,
                 **{name: metric.value for name, metric in self.metrics.items()},
                 "lr": self.optimizer.lr, "samples": loss_metric.count,
@@ -188,6 +263,9 @@ class Trainer:
                 loss_metric.update(loss.item(), _positions(batch, predictions, mask))
                 _update_metrics(self._val_metrics, predictions, targets, mask)
                 count += 1
+        if self.parallel is not None:      # (a rank may have no batch of a sharded set)
+            count, = self.parallel.sum_metrics([loss_metric, *self._val_metrics.values()],
+                                               count)
         if count == 0:
             raise ValueError("Trainer.evaluate: the validation batches gave no batches (an "
                              "iterator already used?); pass a list or a function returning "
