@@ -34,6 +34,7 @@ LAYERS = [
      "optim.modifiers", "optim.schedules"],
     ["optim.adamw"],                    # Adam with decoupled weight decay
     ["optim"],
+    ["distributed"],                    # data parallelism over MPI (mpi4py imported on first use)
     ["init", "data"],
     ["layers"],                         # Modules owning one op's parameters
     ["io"],                             # save/load through the protocol models implement
