@@ -4,8 +4,9 @@
 Each family module lists its public names in ``__all__``; they are re-exported here and from
 ``nnkit``.
 """
-from . import (activation, arithmetic, cells, classification, conv, embedding, indexing, loss,
-               math, normalization, recurrent, reduce, regularization, shape, surface)
+from . import (activation, arithmetic, attention, cells, classification, conv, einsum, embedding,
+               indexing, loss, math, normalization, recurrent, reduce, regularization, shape,
+               surface)
 from .arithmetic import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
@@ -20,8 +21,10 @@ from .embedding import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .recurrent import *  # noqa: F401,F403
 from .cells import *  # noqa: F401,F403
+from .einsum import *  # noqa: F401,F403
+from .attention import *  # noqa: F401,F403
 
 __all__ = [name for family in (arithmetic, reduce, shape, indexing, math, activation, loss,
                                classification, regularization, normalization, embedding, conv,
-                               recurrent, cells)
+                               recurrent, cells, einsum, attention)
            for name in family.__all__]

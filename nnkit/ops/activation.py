@@ -1,22 +1,100 @@
-"""Activations: elementwise nonlinearities and the row-wise softmax.
+"""Activations: elementwise nonlinearities and the softmax along an axis.
 
 Notation: input x, output y, upstream gradient g; [c] is 1 where c holds, else 0.
 Each op but SoftMax and LogSoftmax is elementwise; every dx has x's shape and dtype, so it goes
 in with ``accumulate_same_shape``.
+
+Also the array helpers that Attention shares with SoftMax: ``boolean_mask`` (a mask argument
+checked and moved to the data's device) and ``softmax`` (the masked softmax of an array).
 """
 
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
            'Softplus', 'GELU', 'SiLU', 'Swish', 'HardTanh']
+import numpy
+
 from .. import backend, checks
-from ..core import NetOp
+from ..core import NetOp, NetVar
+from .shape import normalize_axis
 
 
-def _row_max(op, x):
-    """The max over the last axis, with an error naming the op when that axis is empty."""
+def _max(op, x, axis):
+    """The max of the array x along ``axis`` (kept), with an error naming the op when that axis
+    is empty."""
     try:
-        return x._data.max(axis=-1, keepdims=True)
+        return x.max(axis=axis, keepdims=True)
+    except (ValueError, TypeError):
+        raise _max_refused(op, x, axis) from None
+
+
+def _max_refused(op, x, axis):
+    """The error for a max that NumPy refused: the axis is not one of x's (the default -1 is
+    checked only here, when NumPy refuses it), or it is empty."""
+    axis = _axis(op, axis, x)
+    where = "last axis" if axis == x.ndim - 1 else f"axis {axis}"
+    return ValueError(f"{op}: x of shape {tuple(x.shape)} has an empty {where}")
+
+
+def _axis(op, axis, x):
+    """``axis`` as a non-negative axis of x, or refused naming the op."""
+    return normalize_axis(op, axis, x.ndim, f"x of shape {tuple(x.shape)}")
+
+
+def boolean_mask(op, mask, shape, what, xp):
+    """``mask`` (a NetVar or an array of booleans, True = keep) as an array of ``xp`` (NumPy or
+    CuPy) that broadcasts to ``shape`` without enlarging it; ``what`` names the array it masks in
+    the errors (e.g. "x of shape (2, 3)").
+
+    TypeError for a mask that is not boolean (a 0/1 float mask is ambiguous: compare it, e.g.
+    ``mask > 0``); ValueError for one that does not broadcast to ``shape``. A NumPy mask for CuPy
+    data is moved to the device; a CuPy mask for NumPy data is refused.
+    """
+    data = mask._data if isinstance(mask, NetVar) else mask
+    if not (hasattr(data, "shape") and hasattr(data, "dtype")):
+        data = numpy.asarray(data)
+    if data.dtype != bool:
+        raise TypeError(f"{op}: mask of shape {tuple(data.shape)} and dtype {data.dtype} must "
+                        f"be boolean (True = keep); compare a 0/1 mask to get one (mask > 0), "
+                        f"or build it with nnkit.sequence_mask")
+    if backend.array_module(data) is not xp:
+        if xp is numpy:
+            raise ValueError(f"{op}: mask of shape {tuple(data.shape)} lives on "
+                             f"{backend.device_of(data)} and the data on cpu; build the mask "
+                             "where the data is")
+        data = xp.asarray(data)
+    try:
+        fits = numpy.broadcast_shapes(tuple(data.shape), tuple(shape)) == tuple(shape)
     except ValueError:
-        raise ValueError(f"{op}: x of shape {tuple(x.shape)} has an empty last axis") from None
+        fits = False
+    if not fits:
+        raise ValueError(f"{op}: mask of shape {tuple(data.shape)} does not broadcast to "
+                         f"{what}")
+    return data
+
+
+def softmax(x, axis=-1, mask=None, overwrite=False):
+    """The softmax of the array ``x`` along ``axis``, shifted by the max for stability.
+
+    Where the boolean ``mask`` (broadcastable to x) is False the result is exactly 0, and a
+    slice with nothing kept is all 0 (not 0/0 = NaN). With ``overwrite=True`` x's own buffer
+    becomes the result (Attention computes its weights in its scores' buffer).
+    """
+    xp = backend.array_module(x)
+    if mask is not None:
+        if overwrite:
+            xp.copyto(x, -xp.inf, where=~mask)
+        else:
+            x = xp.where(mask, x, -xp.inf)
+            overwrite = True
+    top = x.max(axis=axis, keepdims=True)
+    if mask is not None:
+        top[top == -xp.inf] = 0         # nothing kept: −inf − (−inf) would be NaN
+    e = xp.subtract(x, top, out=x) if overwrite else x - top
+    xp.exp(e, out=e)
+    total = e.sum(axis=axis, keepdims=True)
+    if mask is not None:
+        total[total == 0] = 1           # nothing kept: 0 / 1 = 0, not 0 / 0
+    e /= total
+    return e
 
 
 def sigmoid(x, xp):
@@ -92,42 +170,97 @@ class Tanh(NetOp):
 
 
 class SoftMax(NetOp):
-    """Softmax over the last axis (each row sums to 1), shifted by the row max for stability.
+    """Softmax along ``axis`` (the last by default), shifted by the max for stability: each
+    slice along the axis sums to 1.
 
-    y = e^(x − max x) / Σ e^(x − max x)
-    dx = y · (g − Σ g·y)      (the full Jacobian-vector product, sums over the last axis)
+    y = e^(x − max x) / Σ e^(x − max x)     (max and Σ along the axis, over the kept entries)
+    dx = y · (g·m − Σ g·m·y)                 (the full Jacobian-vector product)
+    ``mask``: booleans broadcastable to x's shape, True = keep (m = 1 there, 0 elsewhere; m = 1
+    everywhere without a mask). A masked entry gets y = 0 exactly and dx = 0; a slice with
+    nothing kept gives y = 0 and dx = 0 (not NaN), so its gradient is zero.
     """
-    __slots__ = ()
+    __slots__ = ("axis", "mask")
 
-    def __init__(self, x):
-        xp = backend.array_module(x._data)
-        e = xp.exp(x._data - _row_max("SoftMax", x))
-        super().__init__(e / e.sum(axis=-1, keepdims=True), x)
+    def __init__(self, x, axis=-1, mask=None):
+        xd = x._data
+        xp = backend.array_module(xd)
+        if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
+            axis = _axis("SoftMax", axis, xd)
+        self.axis = axis
+        if mask is None:
+            self.mask = None
+            try:                # _max inline: a call is a visible part of a tiny softmax's cost
+                top = xd.max(axis=axis, keepdims=True)
+            except (ValueError, TypeError):
+                raise _max_refused("SoftMax", xd, axis) from None
+            y = xp.exp(xd - top)
+            y /= y.sum(axis=axis, keepdims=True)
+        else:
+            self.mask = mask = boolean_mask("SoftMax", mask, xd.shape,
+                                            f"x of shape {tuple(xd.shape)}", xp)
+            if xd.shape[axis] == 0:
+                raise _max_refused("SoftMax", xd, axis)
+            y = softmax(xd, axis, mask)
+        super().__init__(y, x)
 
     def _back(self, x):
+        g = self._g
+        if self.mask is not None:       # a masked y is the constant 0: its g reaches nothing
+            g = backend.array_module(g).where(self.mask, g, 0)
         x.accumulate_same_shape(
-            self._data * (self._g - (self._g * self._data).sum(axis=-1, keepdims=True)))
+            self._data * (g - (g * self._data).sum(axis=self.axis, keepdims=True)))
 
 
 Softmax = SoftMax
 
 
 class LogSoftmax(NetOp):
-    """Log of the softmax over the last axis, computed stably (no log of a rounded 0).
+    """Log of the softmax along ``axis`` (the last by default), computed stably (no log of a
+    rounded 0).
 
-    y = x − max x − ln Σ e^(x − max x)
-    dx = g − e^y · Σ g    (sums over the last axis)
+    y = x − max x − ln Σ e^(x − max x)     (max and Σ along the axis, over the kept entries)
+    dx = g·m − e^y · Σ g·m
+    ``mask``: booleans broadcastable to x's shape, True = keep (m as in SoftMax). A masked entry
+    gets y = −inf and dx = 0; a slice with nothing kept is −inf everywhere and its dx is 0 (no
+    NaN in the value's finite entries or in any gradient).
     """
-    __slots__ = ()
+    __slots__ = ("axis", "mask")
 
-    def __init__(self, x):
-        xp = backend.array_module(x._data)
-        shifted = x._data - _row_max("LogSoftmax", x)
-        super().__init__(shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True)), x)
+    def __init__(self, x, axis=-1, mask=None):
+        xd = x._data
+        xp = backend.array_module(xd)
+        if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
+            axis = _axis("LogSoftmax", axis, xd)
+        self.axis = axis
+        if mask is None:
+            self.mask = None
+            try:                # _max inline, as in SoftMax
+                y = xd.max(axis=axis, keepdims=True)
+            except (ValueError, TypeError):
+                raise _max_refused("LogSoftmax", xd, axis) from None
+            y = xd - y
+            total = xp.exp(y).sum(axis=axis, keepdims=True)
+        else:
+            self.mask = mask = boolean_mask("LogSoftmax", mask, xd.shape,
+                                            f"x of shape {tuple(xd.shape)}", xp)
+            y = xp.where(mask, xd, -xp.inf)
+            top = _max("LogSoftmax", y, axis)
+            top[top == -xp.inf] = 0             # nothing kept: −inf − (−inf) would be NaN
+            y -= top
+            total = xp.exp(y).sum(axis=axis, keepdims=True)
+            total[total == 0] = 1               # nothing kept: ln 1 = 0, and y stays −inf
+        try:
+            y -= xp.log(total)                  # in place: y is a fresh float array...
+        except TypeError:                       # ...unless x holds integers (ArgMax's output)
+            y = y - xp.log(total)
+        super().__init__(y, x)
 
     def _back(self, x):
         xp = backend.array_module(self._data)
-        x.accumulate_same_shape(self._g - xp.exp(self._data) * self._g.sum(axis=-1, keepdims=True))
+        g = self._g
+        if self.mask is not None:       # a masked y is the constant −inf: its g reaches nothing
+            g = xp.where(self.mask, g, 0)
+        x.accumulate_same_shape(g - xp.exp(self._data) * g.sum(axis=self.axis, keepdims=True))
 
 
 class ELU(NetOp):

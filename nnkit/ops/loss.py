@@ -1,4 +1,5 @@
-"""Regression losses, the ``Loss`` base class and the mask helpers of sequence losses.
+"""Regression losses, the ``Loss`` base class and ``sequence_mask``, the boolean mask of the
+valid steps of padded sequences that the sequence losses, SoftMax and Attention take.
 
 Each loss returns a (1, 1) node and scales its gradient by the upstream gradient g. The losses
 on class scores (probabilities, logits, class indices, distributions) are in ``classification``.
@@ -147,10 +148,49 @@ class HuberLoss(Loss):
         if t.requires_grad:
             t.accumulate(-dp)
 
-def sequence_mask(lengths, steps, xp=numpy):
-    """A (T, B) float mask from ``lengths`` (B,): mask[s, b] = 1 where s < lengths[b]."""
-    lengths = xp.asarray(lengths).reshape(-1)
-    return (xp.arange(steps)[:, None] < lengths[None, :])
+def sequence_mask(lengths, T, time_major=True):
+    """The boolean mask of the valid steps of a padded batch of B sequences of T steps.
+
+    mask[t, b] = t < lengths[b]     shape (T, B) (``time_major=True``, the default)
+    mask[b, t] = t < lengths[b]     shape (B, T) (``time_major=False``)
+
+    ``lengths`` (B,) holds each sequence's length, integers in 0..T: a list, a NumPy or CuPy
+    array or a NetVar (a (1, B) row reads as (B,); whole floats pass, as a NetVar holds them).
+    The mask lives on the device of ``lengths`` (NumPy for a list). True marks a step to keep:
+    the sequence losses build it from their ``lengths=``, and SoftMax, LogSoftmax and Attention
+    take it as ``mask``; e.g. the key-padding mask of batch-major (B, T, d) attention is
+    ``sequence_mask(lengths, T, time_major=False)[:, None, :]`` (one row for every query).
+    TypeError for lengths that are not numbers (booleans included) or a T that is not an int;
+    ValueError for lengths outside 0..T, not whole, or not one axis of B values (the values are
+    read on NumPy lengths, and on CuPy lengths inside ``nnkit.detect_anomaly()``).
+    """
+    T = checks.count("sequence_mask", "T", T)
+    time_major = checks.flag("sequence_mask", "time_major", time_major)
+    return _lengths_mask("sequence_mask", lengths, T, time_major)
+
+
+def _lengths_mask(op, lengths, steps, time_major=True):
+    """``sequence_mask`` with errors naming ``op``. The values are read on NumPy data, and on
+    CuPy data inside ``nnkit.detect_anomaly()`` (reading them back would cost a copy)."""
+    data = lengths._data if isinstance(lengths, NetVar) else lengths
+    if not (hasattr(data, "shape") and hasattr(data, "dtype")):
+        data = numpy.asarray(data)
+    if data.dtype.kind not in "iuf":
+        raise TypeError(f"{op}: lengths must be integers, got {data.dtype} values")
+    if data.ndim > 1 and max(data.shape) != data.size:
+        raise ValueError(f"{op}: lengths of shape {tuple(data.shape)} must be one axis (B,) of "
+                         "sequence lengths")
+    data = data.reshape(-1)
+    xp = backend.array_module(data)
+    if xp is numpy or core.anomaly_mode():
+        bad = (data < 0) | (data > steps) | (data != xp.floor(data))
+        if bad.any():
+            raise ValueError(f"{op}: lengths must be integers in [0, {steps}] (the steps), "
+                             f"got {float(data[bad][0]):g}")
+    positions = xp.arange(steps)
+    if time_major:
+        return positions[:, None] < data[None, :]
+    return data[:, None] > positions[None, :]
 
 
 def _same_positions(shape, lead_shape):
@@ -174,13 +214,7 @@ def _valid_mask(op, lead_shape, mask, lengths, xp):
             raise ValueError(f"{op}: lengths of shape {tuple(lengths.shape)} need inputs of shape "
                              f"(T, B, ...) with B = {lengths.size}; got leading shape "
                              f"{tuple(lead_shape)}")
-        steps = lead_shape[0]
-        if checked:
-            bad = (lengths < 0) | (lengths > steps) | (lengths != xp.floor(lengths))
-            if bad.any():
-                raise ValueError(f"{op}: lengths must be integers in [0, {steps}] (the steps), "
-                                 f"got {float(lengths[bad].reshape(-1)[0]):g}")
-        return sequence_mask(lengths, steps, xp)
+        return _lengths_mask(op, lengths, lead_shape[0])
     if mask is None:
         return None
     mask = xp.asarray(mask.data if isinstance(mask, NetVar) else mask)

@@ -82,6 +82,18 @@ def _reduction(name, op, hint=""):
     return method
 
 
+def _softmax(op):
+    """``x.softmax(axis=-1, mask=None)`` builds ``op(x, axis, mask)`` (SoftMax or LogSoftmax)."""
+    name = "softmax" if op is SoftMax else "log_softmax"
+
+    def method(x, axis=-1, mask=None, **keywords):
+        if keywords:
+            raise keyword_error(name, keywords)
+        return op(x, axis, mask)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
 def _var(x, axis=None, keepdims=False, ddof=0, **keywords):
     if keywords:
         raise keyword_error("var", keywords, " (ddof=1 for the unbiased estimate)")
@@ -160,7 +172,7 @@ SURFACE = {
     "abs": lambda x: Abs(x), "sin": lambda x: Sin(x), "cos": lambda x: Cos(x),
     "clip": lambda x, lo=None, hi=None: Clip(x, lo, hi),
     "relu": lambda x: ReLU(x), "sigmoid": lambda x: Sigmoid(x), "tanh": lambda x: Tanh(x),
-    "softmax": lambda x: SoftMax(x), "log_softmax": lambda x: LogSoftmax(x),
+    "softmax": _softmax(SoftMax), "log_softmax": _softmax(LogSoftmax),
     # reductions
     "sum": _reduction("sum", Sum), "mean": _reduction("mean", Mean),
     "max": _reduction("max", Max), "min": _reduction("min", Min),

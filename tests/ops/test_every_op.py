@@ -51,6 +51,12 @@ def _embedding_with_padding(b, t):
     return nn.Embedding(np.array([[0, 2], [2, 3]]), table, padding_idx=2)
 
 
+# The mask of the masked softmax cases (along axis 0): column 1 keeps nothing.
+_KEEP = np.array([[True, False, True, True],
+                  [True, False, False, True],
+                  [False, False, True, True]])
+
+
 CASES = [
     # arithmetic
     C("Multiply", lambda b, x, w: nn.Multiply(x, w), (3, 4), (4, 2)),
@@ -111,6 +117,9 @@ CASES = [
     C("SoftMax", lambda b, x: nn.SoftMax(x), (3, 4)),
     C("Softmax", lambda b, x: nn.Softmax(x), (2, 3, 4)),
     C("LogSoftmax", lambda b, x: nn.LogSoftmax(x), (3, 4)),
+    C("SoftMax", lambda b, x: nn.SoftMax(x, axis=0, mask=b.array(_KEEP)), (3, 4)),
+    C("LogSoftmax", lambda b, x: nn.Where(b.array(_KEEP), nn.LogSoftmax(x, 0, b.array(_KEEP)),
+                                          0.0), (3, 4)),
     C("ELU", lambda b, x: nn.ELU(x, 0.7), (3, 4)),
     C("SELU", lambda b, x: nn.SELU(x), (3, 4)),
     C("Softplus", lambda b, x: nn.Softplus(x), (3, 4)),
@@ -174,6 +183,15 @@ CASES = [
       (2, 2), (2, 3), (2, 12), (3, 12), (12,)),
     C("GRUCell", lambda b, x, h, W, R, c: nn.GRUCell(x, h, W, R, c), (2, 2), (2, 3), (2, 9),
       (3, 9), (2, 9)),
+    # einsum and attention
+    C("Einsum", lambda b, x, w: nn.Einsum("ij,jk->ik", x, w), (3, 4), (4, 2)),
+    C("Einsum", lambda b, x, w: nn.Einsum("...ij,...jk->...ik", x, w), (1, 3, 4), (2, 4, 2)),
+    C("Einsum", lambda b, x, y: nn.Einsum("ii->i", x) * nn.Einsum("ij->i", y), (3, 3), (3, 2)),
+    C("Einsum", lambda b, x, y, z: nn.Einsum("ij,jk,kl->il", x, y, z), (2, 3), (3, 4), (4, 2)),
+    C("Attention", lambda b, q, k, v: nn.Attention(q, k, v), (3, 4), (5, 4), (5, 2)),
+    C("Attention", lambda b, q, k, v: nn.Attention(
+        q, k, v, mask=nn.sequence_mask(b.array([4, 2, 0]), 4, time_major=False)[:, None, :],
+        causal=True), (3, 4, 2), (3, 4, 2), (1, 4, 3)),
 ]
 
 # Public names that are not differentiable ops, each checked by its own test below.
@@ -210,7 +228,7 @@ def test_argmax_and_sequence_mask_values(backend, rng):
     data = rng.standard_normal((3, 5))
     y = nn.ArgMax(backend.var(data), axis=1)
     np.testing.assert_array_equal(backend.host(y).reshape(-1), data.argmax(axis=1))
-    mask = nn.sequence_mask(backend.array([2, 4, 1]), 4, xp=backend.xp)
+    mask = nn.sequence_mask(backend.array([2, 4, 1]), 4)
     assert nn.backend.array_module(mask) is backend.xp
     np.testing.assert_array_equal(backend.host(mask),
                                   np.arange(4)[:, None] < np.array([2, 4, 1])[None, :])

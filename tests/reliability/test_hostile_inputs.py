@@ -172,6 +172,29 @@ CASES = [
      r"SoftMax: x of shape \(3, 0\) has an empty last axis"),
     ("LogSoftmax empty row", lambda m: nn.LogSoftmax(V(3, 0)), ValueError,
      r"LogSoftmax: x of shape \(3, 0\) has an empty last axis"),
+    ("SoftMax float mask", lambda m: nn.SoftMax(m.W, mask=np.ones((3, 4))), TypeError,
+     r"SoftMax: mask of shape \(3, 4\) and dtype float64 must be boolean \(True = keep\)"),
+    ("LogSoftmax mask shape", lambda m: nn.LogSoftmax(m.W, mask=np.ones((4, 3), bool)),
+     ValueError, r"LogSoftmax: mask of shape \(4, 3\) does not broadcast to x of shape "
+                 r"\(3, 4\)"),
+    ("SoftMax axis", lambda m: nn.SoftMax(m.W, axis=2), ValueError,
+     r"SoftMax: axis 2 is out of range for x of shape \(3, 4\)"),
+    # -- einsum and attention
+    ("Einsum sizes", lambda m: nn.Einsum("ij,jk->ik", m.W, m.table), ValueError,
+     r"Einsum: subscripts 'ij,jk->ik' with operands of shapes \(\(3, 4\), \(5, 3\)\): "
+     r"index 'j' has size 4 in operand 0"),
+    ("Einsum output", lambda m: nn.Einsum("ij->ik", m.W), ValueError,
+     r"Einsum: subscripts 'ij->ik' .*: the output names 'k', which no operand has"),
+    ("Attention d", lambda m: nn.Attention(m.W, m.table, m.table), ValueError,
+     r"Attention: q of shape \(3, 4\), k of shape \(5, 3\) and v of shape \(5, 3\): q and "
+     r"k must have one size d"),
+    ("Attention float mask", lambda m: nn.Attention(m.table, m.table, m.table,
+                                                    mask=np.ones((5, 5))), TypeError,
+     r"Attention: mask of shape \(5, 5\) and dtype float64 must be boolean"),
+    ("Attention causal", lambda m: nn.Attention(m.table, m.table, m.table, causal="yes"),
+     TypeError, r"Attention: causal must be True or False, got str 'yes'"),
+    ("sequence_mask lengths", lambda m: nn.sequence_mask([1, 6], 5), ValueError,
+     r"sequence_mask: lengths must be integers in \[0, 5\]"),
     ("LReLU slope", lambda m: nn.LReLU(m.W, "steep"), TypeError,
      r"LReLU: the slope s must be a number, got str"),
     ("ELU alpha NaN", lambda m: nn.ELU(m.W, alpha=float("nan")), ValueError,
@@ -393,6 +416,8 @@ DEVICE_CASES = [
     ("RNN", lambda m: nn.RNN(on_gpu(5, 2, 3), m.W, m.R, m.bias)),
     ("L2Loss", lambda m: nn.L2Loss(m.net(m.x), on_gpu(4, 2))),
     ("HuberLoss", lambda m: nn.HuberLoss(m.W, on_gpu(3, 4))),
+    ("Einsum", lambda m: nn.Einsum("ij,jk->ik", m.W, on_gpu(4, 2))),
+    ("Attention", lambda m: nn.Attention(m.table, on_gpu(5, 3), m.table)),
 ]
 
 
@@ -417,6 +442,14 @@ def test_mixed_devices_name_the_op_and_both_devices(case, call, m, second_device
         call(m)
     assert " on cpu" in str(caught.value) and " on gpu:1" in str(caught.value)   # both named
     assert_unchanged(m.params, before)
+
+
+def test_a_mask_on_another_device_is_named(m, second_device):
+    mask = np.ones((3, 4), dtype=bool).view(FakeGPUArray)
+    for op in (nn.SoftMax, nn.LogSoftmax):
+        with pytest.raises(ValueError, match=rf"{op.__name__}: mask of shape \(3, 4\) lives on "
+                                             r"gpu:1 and the data on cpu"):
+            op(m.W, mask=mask)
 
 
 def test_check_same_device_names_every_input(second_device):
