@@ -33,7 +33,7 @@ if __package__ in (None, ""):          # `python benchmarks/run.py` from the rep
 
 import numpy as np  # noqa: E402
 
-from benchmarks import chain, gpu, mlp, rnn  # noqa: E402
+from benchmarks import attention, chain, distributed, gpu, mlp, rnn  # noqa: E402
 from benchmarks.harness import optional_torch, table, use_clock  # noqa: E402
 
 WORKLOADS = {
@@ -44,6 +44,8 @@ WORKLOADS = {
     "W5": lambda rounds: chain.long_chain(max(3, rounds // 2)),
     "W6": lambda rounds: mlp.big_mlp_memory(),
     "W7": lambda rounds: gpu.gpu_rows(rounds),
+    "W8": lambda rounds: attention.attention_rows(rounds),
+    "W9": lambda rounds: distributed.distributed_rows(rounds),
 }
 
 

@@ -18,6 +18,8 @@ from .modes import enable_grad, eval_mode, is_grad_enabled, is_training, no_grad
 from .instrument import AnomalyError, detect_anomaly
 from .module import Module
 from . import layers
+from . import distributed
+from .layers import positional_encoding
 from .ops import *  # noqa: F401,F403  (the op catalogue)
 from .optim import *  # noqa: F401,F403
 from .nets import *  # noqa: F401,F403
