@@ -97,7 +97,7 @@ class Attention(NetOp):
             v.accumulate(xp.swapaxes(a, -1, -2) @ g)
         if q.requires_grad or k.requires_grad:
             ds = g @ xp.swapaxes(v._data, -1, -2)                    # da
-            ds -= (ds * a).sum(axis=-1, keepdims=True)
+            ds -= xp.einsum("...ij,...ij->...i", ds, a)[..., None]     # Σ_keys da·a
             ds *= a
             if q.requires_grad:
                 dq = ds @ k._data
