@@ -74,8 +74,9 @@ def boolean_mask(op, mask, shape, what, xp):
 def softmax(x, axis=-1, mask=None, overwrite=False):
     """The softmax of the array ``x`` along ``axis``, shifted by the max for stability.
 
-    Where the boolean ``mask`` (broadcastable to x) is False the result is exactly 0, and a
-    slice with nothing kept is all 0 (not 0/0 = NaN). With ``overwrite=True`` x's own buffer
+    Where the boolean ``mask`` (broadcastable to x) is False the result is exactly 0 (for finite
+    x there: −inf is added, so a NaN or +inf under the mask still shows as NaN), and a slice with
+    nothing kept is all 0 (not 0/0 = NaN). With ``overwrite=True`` x's own buffer
     becomes the result (Attention computes its weights in its scores' buffer).
     """
     xp = backend.array_module(x)
@@ -181,8 +182,9 @@ class SoftMax(NetOp):
     y = e^(x − max x) / Σ e^(x − max x)     (max and Σ along the axis, over the kept entries)
     dx = y · (g·m − Σ g·m·y)                 (the full Jacobian-vector product)
     ``mask``: booleans broadcastable to x's shape, True = keep (m = 1 there, 0 elsewhere; m = 1
-    everywhere without a mask). A masked entry gets y = 0 exactly and dx = 0; a slice with
-    nothing kept gives y = 0 and dx = 0 (not NaN), so its gradient is zero.
+    everywhere without a mask). A masked entry gets y = 0 exactly and dx = 0 (x must be finite
+    there: −inf is added to it, as PyTorch's attention adds its mask); a slice with nothing kept
+    gives y = 0 and dx = 0 (not NaN), so its gradient is zero.
     """
     __slots__ = ("axis", "mask")
 
