@@ -99,7 +99,7 @@ class Linear(Module):
         x = _node(x)
         _check_features("layers.Linear", x, -1, self.inputs, "(..., B, inputs)")
         y = ops.Multiply(x, self.W)
-        return y if self.b is None else ops.Add(y, self.b)
+        return y if self.b is None else y + self.b       # the Add node, by the operator
 
     def extra_repr(self):
         return f"{self.inputs}, {self.outputs}" + ("" if self.b is not None else ", bias=False")
