@@ -34,14 +34,14 @@ LAYERS = [
      "optim.modifiers", "optim.schedules"],
     ["optim.adamw"],                    # Adam with decoupled weight decay
     ["optim"],
-    # data parallelism over MPI (mpi4py imported on first use)
-    ["distributed.connection", "distributed.packing"],   # the communicator; what is moved
-    ["distributed.collectives"],
-    ["distributed.parallel"],           # the Trainer's DataParallel hook
-    ["distributed"],
+    ["distributed"],                    # data parallelism over MPI (mpi4py imported on first use)
     ["init", "data"],
     ["layers"],                         # Modules owning one op's parameters
-    ["io"],                             # save/load through the protocol models implement
+    # io: save/load through the protocol models implement
+    ["io.model", "io.fileformat"],      # what can be saved; the file and its description
+    ["io.topology"],                    # an FFN's topology as plain data
+    ["io.checkpoint"],                  # save and load
+    ["io"],
     ["nets.metrics", "nets.ffn", "nets.sequence"],
     ["nets.hooks"],
     ["nets.trainer"],

@@ -1,0 +1,173 @@
+"""``save`` and ``load``: a model's parameters and buffers, an optimizer's state and extra data
+to and from one checkpoint file (the format: nnkit.io's docstring)."""
+import json
+import os
+from collections import namedtuple
+
+import numpy
+
+from .. import backend
+from ..core import NetOp
+from .fileformat import (FORMAT, META_KEY, VERSION, CheckpointError, _atomic_write,
+                         _check_arrays, _check_keys, _few, _plain, _read, _Reader,
+                         _saved_arrays, _Writer)
+from .model import _got, _has_topology, _rebuild_refusal, check_model
+from .topology import _check_topology, _encode_topology, _file_names, _rebuild
+
+
+Checkpoint = namedtuple("Checkpoint", "model extra")
+Checkpoint.__doc__ = """What ``load`` returns: the model (given or rebuilt) and the ``extra`` data."""
+
+
+def save(path, model, optimizer=None, extra=None):
+    """Write ``model``'s parameters and buffers (and ``optimizer``'s state, and ``extra``) to
+    ``path``, one ``.npz``; returns path.
+
+    ``model``: any Module (nested modules, an FFN, a SequenceModel, BatchNormStates inside:
+    their running statistics are buffers and saved), or a dict or list, nested as you like, of
+    parameters and Modules; arrays are named by ``named_vars()`` / ``named_buffers()`` (see the
+    module's docstring). An FFN's topology is saved too, so ``load`` can rebuild it.
+    ``optimizer``: an nnkit optimizer over parameters of the model (``model.vars``); its
+    options and per-parameter state are saved by parameter name. ``extra`` is any JSON-able
+    data (epoch, metrics, ...): dicts with string keys, lists, strings, numbers (NumPy numbers
+    become Python numbers; tuples come back as lists).
+
+    The write is atomic. Everything is checked before the file is written, so a refused save
+    leaves an existing checkpoint as it was: TypeError for a model, a part of a model or
+    ``extra`` that cannot be stored (naming where it is and what it is), ValueError for an
+    optimizer that updates a parameter the model does not hold (its state would be restored
+    without its value).
+    """
+    model_ = check_model(model, "save")
+    _check_keys(extra, "extra")
+    writer = _Writer()
+    meta = {"format": FORMAT, "version": VERSION,
+            "model": {"type": type(model).__name__, "why": _rebuild_refusal(model)},
+            "params": [{"name": name, "array": writer.add(p._data)}
+                       for name, p in model_.params.items()],
+            "buffers": [{"name": name, "array": writer.add(array)}
+                        for name, array in model_.buffers.items()],
+            "topology": _encode_topology(model, model_, writer) if _has_topology(model)
+            else None,
+            "optimizer": None, "extra": _plain(extra)}
+    if optimizer is not None:
+        meta["optimizer"] = _encode_optimizer(optimizer, model_.params, writer)
+    try:
+        text = json.dumps(meta)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"save: extra (or an option) is not JSON-able: {error}") from None
+    writer.arrays[META_KEY] = numpy.frombuffer(text.encode("utf-8"), dtype=numpy.uint8)
+    _atomic_write(os.fspath(path), writer.arrays)
+    return path
+
+
+def _encode_optimizer(optimizer, params, writer):
+    if not (callable(getattr(optimizer, "state_dict", None)) and hasattr(optimizer, "params")):
+        raise TypeError(f"save: optimizer must be an nnkit optimizer, got {_got(optimizer)}")
+    names = {id(p): name for name, p in params.items()}
+    for position, p in enumerate(optimizer.params):
+        if id(p) not in names:
+            raise ValueError(f"save: the optimizer updates parameter {position} "
+                             f"({p._describe()}), which is not in the model; save the "
+                             "model that holds every parameter the optimizer updates")
+    state = optimizer.state_dict()
+    return {"type": state["type"], "sizes": state["sizes"],
+            "options": _plain(state["options"]), "groups": _plain(state["groups"]),
+            "param_names": [names[id(p)] for p in optimizer.params],
+            "state": [{key: {"array": writer.add(value)} if backend.is_array(value)
+                       else _plain(value) for key, value in entry.items()}
+                      for entry in state["state"]]}
+
+
+def load(path, model=None, optimizer=None, ops=None):
+    """Read a checkpoint; returns ``Checkpoint(model, extra)``.
+
+    With ``model`` (whatever ``save`` takes: a Module, nested or not, an FFN, a dict or list
+    of parameters and Modules) every parameter and buffer of the model must be in the file
+    under its name with the same shape and dtype, and the file must hold nothing else; then
+    they are overwritten in place (each keeps its identity and device, so shared weights stay
+    shared and an optimizer over ``model.vars`` keeps working; gradients are forgotten). An FFN
+    must also have the saved ops. ``optimizer`` (over the model's parameters, in any order: its
+    state is matched by parameter name) gets its saved options and state.
+
+    Without ``model``, the model is rebuilt: an FFN from its topology (BatchNormStates
+    included), or a flat dict dotted name -> NetVar for parameters saved from a dict or list;
+    any other model cannot be rebuilt from data and is refused (CheckpointError naming it).
+    ``ops`` maps extra op names to classes for user ops in a topology.
+
+    Version 1 files (before Modules) load too. Raises ``FileNotFoundError`` for a missing file
+    and ``CheckpointError`` for a corrupted, truncated or mismatching one, naming the first
+    difference; nothing is changed then (parameters, buffers, gradients, optimizer).
+    """
+    path = os.fspath(path)
+    target = None if model is None else check_model(model, "load")
+    if ops is not None:
+        if not isinstance(ops, dict):
+            raise TypeError(f"load: ops must be a dict name -> op class, got "
+                            f"{type(ops).__name__}")
+        for name, op in ops.items():
+            if not (isinstance(op, type) and issubclass(op, NetOp)):
+                raise TypeError(f"load: ops[{name!r}] is {type(op).__name__} "
+                                f"{getattr(op, '__name__', op)}, not an op class")
+    arrays, meta = _read(path)
+    version = meta["version"]
+    try:
+        source = _Reader(path, arrays)
+        params = _saved_arrays(path, meta["params"], "parameter", source)
+        buffers = _saved_arrays(path, meta["buffers"], "buffer", source) if version >= 2 else {}
+        if model is None:
+            if optimizer is not None:
+                raise CheckpointError(f"load: '{path}': give the model whose parameters the "
+                                      "optimizer updates")
+            return Checkpoint(_rebuild(path, meta, params, buffers, source, ops),
+                              meta.get("extra"))
+        names = _file_names(model, target.params, version)    # model name -> name in the file
+        _check_arrays(path, "parameter", {names[name]: p._data
+                                          for name, p in target.params.items()}, params)
+        _check_arrays(path, "buffer", target.buffers, buffers)
+        if _has_topology(model) and meta.get("topology") is not None:
+            _check_topology(path, model, meta["topology"])
+        state = None if optimizer is None else _optimizer_state(
+            path, meta, source, optimizer,
+            {id(p): names[name] for name, p in target.params.items()})
+    except (KeyError, TypeError, AttributeError, IndexError) as error:
+        raise CheckpointError(f"load: '{path}' is corrupted: its description is malformed "
+                              f"({type(error).__name__}: {error})") from None
+    values = {name: params[names[name]] for name in target.params}    # everything checked:
+    values.update(buffers)                                            # now assign
+    target.root.load_state(values)
+    if state is not None:
+        optimizer.load_state_dict(state)
+    return Checkpoint(model, meta.get("extra"))
+
+
+def _optimizer_state(path, meta, source, optimizer, names):
+    saved = meta.get("optimizer")
+    if saved is None:
+        raise CheckpointError(f"load: '{path}' has no optimizer state")
+    mine = [names.get(id(p)) for p in optimizer.params]
+    theirs = list(saved["param_names"])
+    if mine != theirs:
+        position = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b),
+                        min(len(mine), len(theirs)))
+
+        def which(listed):
+            if position >= len(listed):
+                return "none"
+            return "one the model does not hold" if listed[position] is None else \
+                f"'{listed[position]}'"
+
+        first = f"parameter {position}: {which(theirs)} in the file, {which(mine)} in this one"
+        raise CheckpointError(f"load: '{path}': the saved optimizer updated parameters "
+                              f"{_few(theirs)}, this one updates {_few(mine)} ({first})")
+    state = {"type": saved["type"], "sizes": saved["sizes"], "options": saved["options"],
+             "groups": saved["groups"],
+             "state": [{key: source.get(value["array"], f"optimizer state '{key}' of "
+                                        f"parameter {position}")
+                        if isinstance(value, dict) else value for key, value in entry.items()}
+                       for position, entry in enumerate(saved["state"])]}
+    try:
+        optimizer.check_state_dict(state)
+    except ValueError as error:
+        raise CheckpointError(f"load: '{path}': {error}") from None
+    return state

@@ -1,0 +1,224 @@
+"""An FFN's topology as plain data: ``_encode_topology`` describes its entries (op names from
+the registry of nnkit's public op classes, arguments as parameter references, BatchNormStates,
+constants and numbers), ``_rebuild`` builds an FFN back from that description,
+``_check_topology`` compares a model's ops with a file's, and ``_file_names`` maps version 1
+parameter names (``<entry>.<Op>.<argument>``) onto a model's."""
+import numpy
+
+from .. import backend, ops
+from ..core import NetOp, NetVar
+from ..module import Module
+from ..ops.normalization import BatchNormState
+from .fileformat import CheckpointError, _plain
+from .model import _has_topology, _topology_class
+
+
+def _op_registry():
+    """Public op name -> class, from nnkit.ops (first name wins for aliases)."""
+    registry = {}
+    for name in ops.__all__:
+        op = getattr(ops, name)
+        if isinstance(op, type) and issubclass(op, NetOp):
+            registry.setdefault(name, op)
+    return registry
+
+
+class _NotData(Exception):
+    """An FFN argument that cannot be described as data."""
+
+
+def _op_label(op):
+    """``(label, why)`` for a topology entry's op: its public nnkit name (or class name, for a
+    user op: rebuilding it needs ``ops={name: cls}``) and None, or a label and why it cannot be
+    rebuilt from data (a Module other than an FFN, a function, a class named like an nnkit op)."""
+    if isinstance(op, type) and issubclass(op, NetOp):
+        registry = _op_registry()
+        for name, cls in registry.items():
+            if cls is op:
+                return name, None
+        if op.__name__ in registry:
+            return op.__name__, (f"the op class {op.__module__}.{op.__qualname__}, which is "
+                                 f"not nnkit's {op.__name__}")
+        return op.__name__, None
+    if isinstance(op, Module):
+        return type(op).__name__, f"a {type(op).__name__} (a Module other than an FFN)"
+    label = getattr(op, "__name__", type(op).__name__)
+    return label, f"the function {label}"
+
+
+def _encode_topology(net, model, writer):
+    params = {id(p): name for name, p in model.params.items()}
+    buffers = {}
+    for name, array in model.buffers.items():
+        buffers.setdefault(id(array), name)
+
+    def encode(value):
+        if isinstance(value, NetVar):
+            if id(value) in params:
+                return {"param": params[id(value)]}
+            return {"const": writer.add(value._data), "requires_grad": value.requires_grad}
+        if isinstance(value, BatchNormState):
+            names = [buffers.get(id(getattr(value, attribute, None)))
+                     for attribute in BatchNormState.buffers]
+            if None in names:
+                raise _NotData("a BatchNormState whose running statistics are not arrays")
+            return {"batchnorm": {"features": value.features, "momentum": _plain(value.momentum),
+                                  "eps": _plain(value.eps),
+                                  "batches": int(value.num_batches_tracked),
+                                  "running_mean": names[0], "running_var": names[1]}}
+        if backend.is_array(value):
+            return {"array": writer.add(value)}
+        if isinstance(value, tuple):
+            return {"tuple": [encode(item) for item in value]}
+        if isinstance(value, list):
+            return {"list": [encode(item) for item in value]}
+        if isinstance(value, numpy.generic):
+            return value.item()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise _NotData(f"a {type(value).__name__}")
+
+    def entry_data(entry):
+        op, args = entry[0], entry[1:]
+        if _has_topology(op):
+            return {"ffn": entries(op)}
+        label, why = _op_label(op)
+        if why is None:
+            count = writer.count
+            try:
+                return {"op": label, "args": [encode(value) for value in args]}
+            except _NotData as error:
+                writer.forget_since(count)
+                why = f"{label} with an argument that is not data ({error})"
+        return {"op": label, "args": None, "why": why}
+
+    def entries(net):
+        return [entry_data(entry) for entry in net.topology]
+
+    return entries(net)
+
+
+def _file_names(model, params, version):
+    """Model name -> the name the file uses for that parameter: the same in version 2; in
+    version 1, an FFN's parameters were ``<entry>.<Op>.<argument>`` at their first use."""
+    names = {name: name for name in params}
+    if version >= 2 or not _has_topology(model):
+        return names
+    ids = {id(p): name for name, p in params.items()}
+    seen = set()
+
+    def visit(net, prefix):
+        for position, entry in enumerate(net.topology):
+            op = entry[0]
+            if _has_topology(op):
+                visit(op, f"{prefix}{position}.{type(op).__name__}.")
+                continue
+            label = _op_label(op)[0]
+            for argument, value in enumerate(entry[1:], start=1):
+                if id(value) in ids and id(value) not in seen:
+                    seen.add(id(value))
+                    names[ids[id(value)]] = f"{prefix}{position}.{label}.{argument}"
+
+    visit(model, "")
+    return names
+
+
+def _check_topology(path, net, topology):
+    def mine(net):
+        return [{"FFN": mine(entry[0])} if _has_topology(entry[0]) else _op_label(entry[0])[0]
+                for entry in net.topology]
+
+    def theirs(topology):
+        return [{"FFN": theirs(entry["ffn"])} if "ffn" in entry else entry["op"]
+                for entry in topology]
+
+    if mine(net) != theirs(topology):
+        raise CheckpointError(f"load: '{path}' holds an FFN with ops {theirs(topology)}; the "
+                              f"model has {mine(net)}")
+
+
+def _parameter(array):
+    """A new parameter holding a copy of ``array`` (its shape and dtype as they are)."""
+    p = NetVar(array.copy(), dtype=array.dtype)
+    if p.shape != array.shape:          # NetVar makes 1-D data a row
+        p.data = array.copy()
+    return p
+
+
+def _rebuild(path, meta, saved, buffers, source, extra_ops):
+    if meta.get("topology") is None:
+        why = (meta.get("model") or {}).get("why")
+        if why is not None or buffers:
+            raise CheckpointError(
+                f"load: '{path}' cannot rebuild its model without it: {why or 'it has buffers'}"
+                "; only an FFN and dicts or lists of parameters are rebuilt from a file; give "
+                "the model to load into: nn.load(path, model)")
+        return {name: _parameter(array) for name, array in saved.items()}
+    params = {name: _parameter(array) for name, array in saved.items()}
+    registry = {**_op_registry(), **(extra_ops or {})}
+    states = {}
+
+    def batchnorm(spec):
+        key = spec["running_mean"]
+        if key not in states:
+            try:
+                state = BatchNormState(spec["features"], spec["momentum"], spec["eps"])
+            except (TypeError, ValueError) as error:
+                raise CheckpointError(f"load: '{path}' is corrupted: a BatchNormState: "
+                                      f"{error}") from None
+            for attribute in BatchNormState.buffers:
+                array = buffers[spec[attribute]]
+                if array.shape != (state.features,):
+                    raise CheckpointError(f"load: '{path}' is corrupted: the {attribute} of a "
+                                          f"BatchNormState of {state.features} features has "
+                                          f"shape {array.shape}")
+                setattr(state, attribute, array.copy())
+            state.num_batches_tracked = int(spec["batches"])
+            states[key] = state
+        return states[key]
+
+    def decode(value):
+        if not isinstance(value, dict):
+            return value
+        if "param" in value:
+            return params[value["param"]]
+        if "batchnorm" in value:
+            return batchnorm(value["batchnorm"])
+        if "const" in value:
+            return NetVar(source.get(value["const"], "a topology constant").copy(),
+                          requires_grad=value["requires_grad"])
+        if "array" in value:
+            return source.get(value["array"], "a topology array").copy()
+        if "tuple" in value:
+            return tuple(decode(item) for item in value["tuple"])
+        return [decode(item) for item in value["list"]]
+
+    def build(entries, where):
+        topology = []
+        for position, entry in enumerate(entries):
+            if "ffn" in entry:
+                topology.append((build(entry["ffn"], f"{where}{position}."),))
+                continue
+            if entry.get("args") is None:
+                raise CheckpointError(f"load: '{path}': FFN topology entry {where}{position} "
+                                      f"is {entry.get('why')}, which cannot be rebuilt from "
+                                      "the file; give the model to load into: "
+                                      "nn.load(path, model)")
+            op = registry.get(entry["op"])
+            if op is None:
+                raise CheckpointError(f"load: '{path}': FFN topology entry {where}{position} "
+                                      f"uses op '{entry['op']}', which is not registered; pass "
+                                      f"ops={{'{entry['op']}': YourOp}}")
+            try:
+                topology.append((op, *[decode(value) for value in entry["args"]]))
+            except (KeyError, TypeError) as error:
+                raise CheckpointError(f"load: '{path}' is corrupted: FFN topology entry "
+                                      f"{where}{position}: {error!r}") from None
+        return _topology_class()(*topology)
+
+    net = build(meta["topology"], "")
+    if meta["version"] >= 2 and (set(net.named_vars()) != set(saved)
+                                 or set(net.named_buffers()) != set(buffers)):
+        raise CheckpointError(f"load: '{path}' is corrupted: its topology does not use the "
+                              "parameters and buffers it lists")
+    return net
