@@ -18,6 +18,7 @@ import numpy as np
 
 import nnkit as nn
 import nnkit.distributed as dist
+from nnkit.distributed import connection
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -323,11 +324,11 @@ def collectives(folder):
     numbers["mean"] = dist.allreduce(float(r), "mean")
     numbers["max"] = dist.allreduce(r, "max")
     numbers["min"] = dist.allreduce(-r, "min")
-    counting = dist._world = _Counting(dist._communicator())
+    counting = connection._world = _Counting(connection._communicator())
     try:
         arrays["array_sum"] = dist.allreduce(np.arange(4, dtype=np.float16) * (r + 1))
     finally:
-        dist._world = counting.comm
+        connection._world = counting.comm
     numbers["float16_reduced_as"] = counting.dtypes
     arrays["int_sum"] = dist.allreduce(np.full((2, 2), r, dtype=np.int32))
     arrays["broadcast"] = dist.broadcast(np.array([r, 10 * r]), root=n - 1)
@@ -353,12 +354,12 @@ def collectives(folder):
     W64.g, b64.g, W32.g = r + 1.0, 2.0 * (r + 1), r + 1.0
     if r == 0:
         some.g = 6.0
-    counting = _Counting(dist._communicator())
-    dist._world = counting
+    counting = _Counting(connection._communicator())
+    connection._world = counting
     try:
         dist.allreduce_grads([W64, W32, b64, some, none], weight=r + 1)
     finally:
-        dist._world = counting.comm
+        connection._world = counting.comm
     numbers["grad_calls"] = counting.dtypes
     arrays.update(g_W64=W64.g, g_b64=b64.g, g_W32=W32.g, g_some=some.g)
     numbers["none_has_grad"] = none._g is not None

@@ -9,6 +9,8 @@ import pytest
 
 import nnkit as nn
 import nnkit.distributed as dist
+from nnkit.distributed import connection
+from nnkit.distributed.collectives import _bounds
 from tests import mpi_scenarios as scenarios
 
 NO_MPI = scenarios.why_no_mpi()
@@ -19,9 +21,9 @@ TIMEOUT = 90          # seconds for one mpiexec launch; each takes a few
 @pytest.fixture
 def alone(monkeypatch):
     """nnkit.distributed in a process without mpi4py (as after ``pip install nnkit``)."""
-    monkeypatch.setattr(dist, "_world", None)
+    monkeypatch.setattr(connection, "_world", None)
     monkeypatch.setitem(sys.modules, "mpi4py", None)
-    for variable in dist._LAUNCHERS:
+    for variable in connection._LAUNCHERS:
         monkeypatch.delenv(variable, raising=False)
     return dist
 
@@ -31,7 +33,7 @@ def alone(monkeypatch):
 def test_one_process_without_mpi_is_rank_0_of_1_and_collectives_return_at_once(alone):
     assert (dist.rank(), dist.size()) == (0, 1)
     dist.barrier()
-    assert isinstance(dist._communicator(), dist._Alone)
+    assert isinstance(connection._communicator(), connection._Alone)
     assert dist.allreduce(3) == 3 and isinstance(dist.allreduce(3), int)
     assert dist.allreduce(2.5, "mean") == 2.5 and dist.broadcast(7) == 7
     values = np.arange(4.0)
@@ -71,11 +73,11 @@ def test_an_uncaught_exception_prints_then_aborts_every_rank(monkeypatch, capsys
     calls = []
     comm = types.SimpleNamespace(Get_rank=lambda: 1, Get_size=lambda: 3,
                                  Abort=lambda code: calls.append(("abort", code)))
-    monkeypatch.setattr(dist, "_world", comm)
-    monkeypatch.setattr(dist, "_hooked", False)
+    monkeypatch.setattr(connection, "_world", comm)
+    monkeypatch.setattr(connection, "_hooked", False)
     monkeypatch.setattr(sys, "excepthook", lambda *info: calls.append(("printed", info[0])))
-    dist._abort_on_uncaught_exception()
-    dist._abort_on_uncaught_exception()                   # installed once
+    connection._abort_on_uncaught_exception()
+    connection._abort_on_uncaught_exception()                   # installed once
     sys.excepthook(ValueError, ValueError("boom"), None)
     assert calls == [("printed", ValueError), ("abort", 1)]
     assert "rank 1 of 3 stopped on ValueError; aborting every rank" in capsys.readouterr().err
@@ -83,28 +85,28 @@ def test_an_uncaught_exception_prints_then_aborts_every_rank(monkeypatch, capsys
 
 def test_a_launch_that_mpi_cannot_see_is_refused(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", None)                  # no mpi4py at all
-    assert isinstance(dist._connect({}), dist._Alone)
+    assert isinstance(connection._connect({}), connection._Alone)
     with pytest.raises(RuntimeError, match=r"one of 4 processes \(PMI_SIZE=4\) but mpi4py "
                                            "cannot be used"):
-        dist._connect({"PMI_SIZE": "4"})
+        connection._connect({"PMI_SIZE": "4"})
     MPI = types.SimpleNamespace(COMM_WORLD=types.SimpleNamespace(Get_size=lambda: 1),
                                 Get_library_version=lambda: "Some MPI 1.0\nmore")
     monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(MPI=MPI))
     with pytest.raises(RuntimeError, match=r"started 2 processes \(OMPI_COMM_WORLD_SIZE=2\) "
                                            r"but MPI sees 1: .*Some MPI 1.0"):
-        dist._connect({"OMPI_COMM_WORLD_SIZE": "2"})
+        connection._connect({"OMPI_COMM_WORLD_SIZE": "2"})
 
 
 def test_a_world_of_several_processes_aborts_on_an_uncaught_exception(monkeypatch):
-    monkeypatch.setattr(dist, "_hooked", False)
+    monkeypatch.setattr(connection, "_hooked", False)
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     before = sys.excepthook
     world = types.SimpleNamespace(Get_size=lambda: 2)
     monkeypatch.setitem(sys.modules, "mpi4py", types.SimpleNamespace(
         MPI=types.SimpleNamespace(COMM_WORLD=world)))
-    monkeypatch.setattr(dist, "_MPI", None)
-    assert dist._connect({}) is world
-    assert dist._hooked and sys.excepthook is not before
+    monkeypatch.setattr(connection, "_MPI", None)
+    assert connection._connect({}) is world
+    assert connection._hooked and sys.excepthook is not before
 
 
 REFUSED = [
@@ -177,7 +179,7 @@ def test_data_parallel_refuses_a_metric_it_cannot_sum_before_training(alone):
 
 @pytest.mark.parametrize("n, size", [(10, 3), (2, 3), (0, 2), (9, 3), (7, 1)])
 def test_shards_are_contiguous_balanced_and_cover_everything(n, size):
-    bounds = [dist._bounds(n, r, size) for r in range(size)]
+    bounds = [_bounds(n, r, size) for r in range(size)]
     assert bounds[0][0] == 0 and bounds[-1][1] == n
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     lengths = [stop - start for start, stop in bounds]

@@ -34,7 +34,11 @@ LAYERS = [
      "optim.modifiers", "optim.schedules"],
     ["optim.adamw"],                    # Adam with decoupled weight decay
     ["optim"],
-    ["distributed"],                    # data parallelism over MPI (mpi4py imported on first use)
+    # data parallelism over MPI (mpi4py imported on first use)
+    ["distributed.connection", "distributed.packing"],   # the communicator; what is moved
+    ["distributed.collectives"],
+    ["distributed.parallel"],           # the Trainer's DataParallel hook
+    ["distributed"],
     ["init", "data"],
     ["layers"],                         # Modules owning one op's parameters
     # io: save/load through the protocol models implement

@@ -1,0 +1,263 @@
+"""The collectives: ``broadcast_vars``, ``allreduce_grads``, ``allreduce``, ``broadcast`` and
+``shard``, with the in-place reduction and broadcast of one buffer (directly on the GPU when the
+MPI is CUDA-aware, else through the host).
+"""
+import collections.abc
+import zlib
+
+import numpy
+
+from .. import backend, checks
+from ..core import NetVar
+from . import connection
+from .connection import _communicator, _cuda_aware
+from .packing import (_buffer_dtype, _collect, _empty, _flat_copy, _gradient_buffer, _groups,
+                      _shorten, _signature)
+
+
+def _check_same_everywhere(where, comm, text, what):
+    """Raise ValueError on every rank unless every rank gives the same ``text``."""
+    code = zlib.crc32(text.encode())
+    low_high = numpy.array([-code, code], dtype=numpy.int64)
+    comm.Allreduce(connection._MPI.IN_PLACE, low_high, op=connection._MPI.MAX)
+    if -low_high[0] == low_high[1]:
+        return
+    texts = comm.allgather(text)
+    other = next(r for r, t in enumerate(texts) if t != texts[0])
+    raise ValueError(f"{where}: the ranks hold different {what}: rank 0 has "
+                     f"{_shorten(texts[0])}, rank {other} has {_shorten(texts[other])}; every "
+                     "rank must build the same model")
+
+
+
+def _allreduce_in_place(comm, buffer, op):
+    """``buffer`` reduced over the ranks with the MPI op ``op``; a NumPy buffer in place, a CuPy
+    one directly when the MPI is CUDA-aware, else through one host copy each way. Returns the
+    reduced buffer (a CuPy buffer that went through the host is a new array)."""
+    if isinstance(buffer, numpy.ndarray):
+        comm.Allreduce(connection._MPI.IN_PLACE, buffer, op=op)
+        return buffer
+    xp = backend.array_module(buffer)
+    if _cuda_aware():
+        xp.cuda.get_current_stream().synchronize()      # MPI reads the memory, not the stream
+        comm.Allreduce(connection._MPI.IN_PLACE, buffer, op=op)
+        return buffer
+    host = backend.to_cpu(buffer)                        # one copy to the host ...
+    comm.Allreduce(connection._MPI.IN_PLACE, host, op=op)
+    return backend.to_gpu(host, buffer.device.id)        # ... and one back
+
+
+def _broadcast_in_place(comm, buffer, root):
+    """``buffer`` as root has it, on every rank (bytes: any dtype); returns it (see
+    ``_allreduce_in_place`` for CuPy)."""
+    if isinstance(buffer, numpy.ndarray):
+        comm.Bcast(buffer.view(numpy.uint8), root=root)
+        return buffer
+    xp = backend.array_module(buffer)
+    if _cuda_aware():
+        xp.cuda.get_current_stream().synchronize()
+        comm.Bcast(buffer.view(numpy.uint8), root=root)
+        return buffer
+    host = backend.to_cpu(buffer)
+    comm.Bcast(host.view(numpy.uint8), root=root)
+    return backend.to_gpu(host, buffer.device.id)
+
+
+def _check_root(where, root, comm):
+    root = checks.count(where, "root", root)
+    if root >= comm.Get_size():
+        raise ValueError(f"{where}: root must be a rank, 0 … {comm.Get_size() - 1}, got {root}")
+    return root
+
+
+def broadcast_vars(params, root=0):
+    """Give every rank root's values of ``params``: call it on every rank, e.g. once the model
+    is built, so that every copy starts alike.
+
+    ``params``: a Module (its parameters and buffers, such as BatchNorm's running statistics),
+    or a list or dict of parameters (NetVars) and Modules. The values are written in place (a
+    parameter keeps its identity, an optimizer over it keeps working); one broadcast per
+    dtype. Every rank must hold the same shapes and dtypes: otherwise every rank raises
+    ValueError naming the difference. No-op in one process.
+    """
+    where = "broadcast_vars"
+    found = _collect(where, params, buffers=True)
+    comm = _communicator()
+    root = _check_root(where, root, comm)
+    if comm.Get_size() == 1:
+        return
+    arrays = [array for array, _ in found]
+    _check_same_everywhere(where, comm, _signature(arrays), "parameters (shapes or dtypes)")
+    mine = comm.Get_rank() == root
+    for positions in _groups(arrays):
+        first = arrays[positions[0]]
+        sizes = [arrays[k].size for k in positions]
+        buffer = _empty(first, sum(sizes), first.dtype)
+        offset = 0
+        for k, count in zip(positions, sizes):
+            if mine:
+                buffer[offset:offset + count] = arrays[k].reshape(-1)
+            offset += count
+        buffer = _broadcast_in_place(comm, buffer, root)
+        if mine:
+            continue
+        offset = 0
+        for k, count in zip(positions, sizes):
+            array, owner = found[k]
+            array[...] = buffer[offset:offset + count].reshape(array.shape)
+            offset += count
+            if owner is not None:
+                owner.mark_edited()
+
+
+def allreduce_grads(params, average=True, weight=None):
+    """Sum (``average=False``) or average the gradients of ``params`` over the ranks, in place:
+    call it on every rank after ``back()`` and before ``optimizer.step()``.
+
+    ``params``: a Module or a list or dict of parameters and Modules (their ``vars``).
+    The gradients are packed into one contiguous buffer per dtype, each scaled by its rank's
+    share on the way, and reduced in one MPI call per dtype. A parameter without a gradient on
+    some rank contributes zeros there; one without a gradient on every rank keeps none (the
+    optimizer skips it, as in one process). The gradients become views of that buffer, which
+    the next call for the same parameters reuses (a fresh buffer of megabytes every step costs
+    page faults): copy a gradient to keep it past the next call.
+
+    ``weight``: this rank's weight, a number >= 0: the result is Σ_k w_k · g_k / Σ_k w_k with
+    ``average`` (Σ w_k comes from one small all-reduce first), Σ_k w_k · g_k without. Give the
+    rows (or valid positions) of this rank's shard, and the average is the gradient of the mean
+    loss over the whole batch however unevenly it was cut (see the package docstring); None
+    counts every rank once. Raises ValueError, on every rank, when ``average`` and every
+    rank's weight is 0. No-op in one process.
+    """
+    where = "allreduce_grads"
+    checks.flag(where, "average", average)
+    if weight is not None:
+        weight = checks.in_range(where, "weight", weight, 0)
+    params = [owner for _, owner in _collect(where, params, buffers=False)]
+    comm = _communicator()
+    ranks = comm.Get_size()
+    mine = 1.0 if weight is None else weight
+    scale = mine
+    if average:
+        total = float(ranks) if weight is None else weight if ranks == 1 else allreduce(weight)
+        if total == 0:
+            raise ValueError(f"{where}: every rank gave weight 0, so there is no average; give "
+                             "each rank's number of rows (or valid positions)")
+        scale = mine / total
+    if ranks == 1:
+        return
+    for positions in _groups([p.data for p in params]):
+        members = [params[k] for k in positions]
+        first = members[0].data
+        xp = backend.array_module(first)
+        sizes = [p.size for p in members]
+        count = sum(sizes)
+        buffer = _gradient_buffer(first, _buffer_dtype(first.dtype), members, count)
+        offset = 0                      # [scaled gradients ..., has-a-gradient flags]
+        for p, size_ in zip(members, sizes):
+            g, view = p._g, buffer[offset:offset + size_]
+            if g is None:
+                view[...] = 0
+            elif scale == 1:
+                view[...] = g.reshape(-1)
+            else:
+                xp.multiply(g.reshape(-1), scale, out=view)
+            offset += size_
+        flags = numpy.array([p._g is not None for p in members], dtype=buffer.dtype)
+        buffer[count:] = flags if xp is numpy else backend.to_gpu(flags, first.device.id)
+        buffer = _allreduce_in_place(comm, buffer, connection._MPI.SUM)
+        flags = backend.to_cpu(buffer[count:])             # read on the host
+        offset = 0
+        for p, size_, flag in zip(members, sizes, flags):
+            if flag:                 # (the setter takes the view as it is, cast to p's dtype)
+                p.g = buffer[offset:offset + size_].reshape(p.shape)
+            offset += size_
+
+
+
+def _value_array(where, value):
+    """``(array, was_number)`` for a number, an array or a NetVar (its data)."""
+    if isinstance(value, NetVar):
+        value = value.data
+    if checks.is_number(value):
+        kind = numpy.int64 if checks.is_integer(value) else numpy.float64
+        return numpy.array(value, dtype=kind), True
+    if backend.is_array(value) and value.dtype.kind in "iuf":
+        return value, False
+    kind = getattr(value, "dtype", type(value).__name__)
+    raise TypeError(f"{where}: value must be a number or an array of numbers, got {kind}")
+
+
+_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+
+
+def allreduce(value, op="sum"):
+    """``value`` combined over the ranks: ``op`` is "sum" (default), "mean", "max" or "min".
+
+    ``value``: a number (returns a Python number: an int sums to an int, "mean" gives a
+    float) or a NumPy or CuPy array of numbers, or a NetVar (its data); an array comes back
+    as a new array of its shape and dtype (float for "mean" of integers), on its device.
+    Every rank must give the same shape and dtype. E.g. the accuracy over every rank's test
+    shard: ``allreduce(correct) / allreduce(len(shard))``. In one process: the value itself
+    (a copy).
+    """
+    where = "allreduce"
+    if op not in _OPS:
+        raise ValueError(f"{where}: op must be one of {', '.join(map(repr, _OPS))}, got {op!r}")
+    array, number = _value_array(where, value)
+    result = _flat_copy(array, _buffer_dtype(array.dtype))
+    comm = _communicator()
+    if comm.Get_size() > 1:
+        result = _allreduce_in_place(comm, result, getattr(connection._MPI, _OPS[op]))
+    result = result.reshape(array.shape)
+    if op == "mean":
+        result = result / comm.Get_size()
+    if op != "mean" or array.dtype.kind == "f":
+        result = result.astype(array.dtype, copy=False)
+    return result.item() if number else result
+
+
+def broadcast(value, root=0):
+    """Root's ``value`` on every rank (a number or an array of numbers, as ``allreduce``).
+
+    Every rank gives a value of the same shape and dtype (the others' contents are ignored).
+    """
+    where = "broadcast"
+    array, number = _value_array(where, value)
+    comm = _communicator()
+    root = _check_root(where, root, comm)
+    result = _flat_copy(array, array.dtype)
+    if comm.Get_size() > 1:
+        result = _broadcast_in_place(comm, result, root)
+    result = result.reshape(array.shape)
+    return result.item() if number else result
+
+
+def _bounds(n, rank, size):
+    """``(start, stop)`` of rank's share of n items: contiguous, the first n % size ranks one
+    longer."""
+    base, extra = divmod(n, size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (rank < extra)
+
+
+def shard(sequence_or_count):
+    """This rank's share of a sequence, or of ``range(count)``: contiguous, balanced (lengths
+    differ by at most one, the lower ranks longer) and the same on every call.
+
+    ``shard(10)`` on 3 ranks is ``range(0, 4)``, ``range(4, 7)``, ``range(7, 10)``;
+    ``shard(rows)`` is ``rows[start:stop]`` (a list, tuple, NumPy array, ...). In one process:
+    everything.
+    """
+    comm = _communicator()
+    here = comm.Get_rank(), comm.Get_size()
+    if checks.is_integer(sequence_or_count):
+        count = checks.count("shard", "count", sequence_or_count)
+        return range(*_bounds(count, *here))
+    if isinstance(sequence_or_count, (str, bytes, collections.abc.Mapping)) or not (
+            hasattr(sequence_or_count, "__len__") and hasattr(sequence_or_count, "__getitem__")):
+        raise TypeError(f"shard: give a count or a sequence (list, tuple, array), got "
+                        f"{type(sequence_or_count).__name__}")
+    start, stop = _bounds(len(sequence_or_count), *here)
+    return sequence_or_count[start:stop]
+
