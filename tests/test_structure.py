@@ -40,7 +40,10 @@ LAYERS = [
     ["distributed.parallel"],           # the Trainer's DataParallel hook
     ["distributed"],
     ["init", "data"],
-    ["layers"],                         # Modules owning one op's parameters
+    ["layers.common"],                  # what every layer shares (inputs, sizes, lengths masks)
+    ["layers.basic", "layers.recurrent"],   # Modules owning one op's parameters, Sequential
+    ["layers.attention"],               # MultiHeadAttention, TransformerEncoderLayer
+    ["layers"],
     # io: save/load through the protocol models implement
     ["io.model", "io.fileformat"],      # what can be saved; the file and its description
     ["io.topology"],                    # an FFN's topology as plain data
