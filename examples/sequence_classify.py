@@ -29,12 +29,9 @@ def make_data(n, rng, min_length=5, max_length=100, marks=0.08):
     return seqs, np.array(labels)
 
 
-def main(epochs=8, train=2000, test=1000, hidden=24, batch=32, lr=0.01, seed=0, quiet=False):
-    nn.seed(seed)
-    rng = np.random.default_rng(seed)
-    train_x, train_y = make_data(train, rng)
-    test_x, test_y = make_data(test, rng)
-    model = nn.SequenceModel(1, hidden, 2, cell="lstm", per_step=False)
+def train_and_test(model, train_x, train_y, test_x, test_y, epochs, batch, lr, quiet=False):
+    """Adam (gradient norm clipped at 1) on bucketed minibatches, the learning rate × 0.75 after
+    each epoch; returns the test accuracy, which it prints."""
     optimizer = nn.Adam(model.vars, lr=lr, modifiers=[nn.ClipGradNorm(1.0)])
     for epoch in range(epochs):
         total, count = 0.0, 0
@@ -54,6 +51,15 @@ def main(epochs=8, train=2000, test=1000, hidden=24, batch=32, lr=0.01, seed=0, 
     accuracy = correct / len(test_y)
     print(f"test accuracy: {accuracy:.4f}")
     return accuracy
+
+
+def main(epochs=8, train=2000, test=1000, hidden=24, batch=32, lr=0.01, seed=0, quiet=False):
+    nn.seed(seed)
+    rng = np.random.default_rng(seed)
+    train_x, train_y = make_data(train, rng)
+    test_x, test_y = make_data(test, rng)
+    model = nn.SequenceModel(1, hidden, 2, cell="lstm", per_step=False)
+    return train_and_test(model, train_x, train_y, test_x, test_y, epochs, batch, lr, quiet)
 
 
 if __name__ == "__main__":

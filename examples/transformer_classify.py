@@ -36,7 +36,7 @@ import numpy as np                            # noqa: E402
 import nnkit as nn                            # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from sequence_classify import make_data  # noqa: E402  (the same data as the LSTM example)
+from sequence_classify import make_data, train_and_test  # noqa: E402  (the LSTM example's data and loop)
 
 L = nn.layers
 
@@ -70,25 +70,7 @@ def main(epochs=8, train=3000, test=1000, dim=32, heads=2, hidden=64, layers=1, 
     train_x, train_y = make_data(train, rng)
     test_x, test_y = make_data(test, rng)
     model = TransformerClassifier(dim=dim, heads=heads, hidden=hidden, layers=layers, seed=seed)
-    optimizer = nn.Adam(model.vars, lr=lr, modifiers=[nn.ClipGradNorm(1.0)])
-    for epoch in range(epochs):
-        total, count = 0.0, 0
-        for x, lengths, t in nn.minibatches(train_x, train_y, batch_size=batch, bucket=8):
-            loss = nn.SoftmaxCELoss(model(x, lengths), t)
-            loss.back()
-            optimizer.step()
-            total += loss.item() * len(t)
-            count += len(t)
-        optimizer.lr *= 0.75                       # settle into the minimum found
-        if not quiet:
-            print(f"epoch {epoch + 1}: train loss {total / count:.4f}")
-    correct = 0
-    with nn.no_grad():
-        for x, lengths, t in nn.minibatches(test_x, test_y, batch_size=256, shuffle=False):
-            correct += int((model(x, lengths).data.argmax(axis=1) == t).sum())
-    accuracy = correct / len(test_y)
-    print(f"test accuracy: {accuracy:.4f}")
-    return accuracy
+    return train_and_test(model, train_x, train_y, test_x, test_y, epochs, batch, lr, quiet)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,16 @@ class Backend:
         return f"Backend({self.name!r})"
 
 
+@pytest.fixture
+def float64():
+    """nnkit's default dtype float64 for the test (new parameters and converted data), restored
+    after it."""
+    saved = nn.get_dtype()
+    nn.set_dtype(np.float64)
+    yield
+    nn.set_dtype(saved)
+
+
 @pytest.fixture(params=["numpy", "cupy"])
 def backend(request):
     """Runs a test on NumPy and, when CuPy with a GPU is present, again on CuPy."""

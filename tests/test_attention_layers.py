@@ -11,14 +11,6 @@ L = nn.layers
 RTOL, ATOL = 1e-10, 1e-12
 
 
-@pytest.fixture
-def float64():
-    saved = nn.get_dtype()
-    nn.set_dtype(np.float64)
-    yield
-    nn.set_dtype(saved)
-
-
 def random_biases(layer, rng):
     """Nonzero biases (they start at zero), so that their gradients and mapping are tested."""
     for name in ("bq", "bk", "bv", "bo"):

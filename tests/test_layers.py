@@ -13,14 +13,6 @@ L = nn.layers
 RTOL, ATOL = 1e-10, 1e-12
 
 
-@pytest.fixture
-def float64():
-    saved = nn.get_dtype()
-    nn.set_dtype(np.float64)
-    yield
-    nn.set_dtype(saved)
-
-
 def assert_same_as_pytorch(torch, ours, theirs, pairs, rng):
     """Values of ``ours`` (a node) and ``theirs`` (a tensor) agree; one random seed gradient goes
     back through both, and each ``(node, gradient)`` pair agrees (``gradient()`` returns

@@ -175,6 +175,15 @@ class Tanh(NetOp):
         x.accumulate_same_shape(self._g - self._g * self._data * self._data)
 
 
+def _softmax_options(op, xd, axis, mask, xp):
+    """``(axis, mask)`` of SoftMax and LogSoftmax, checked against the data ``xd`` (errors name
+    ``op``): the mask as a boolean array of ``xp`` (or None)."""
+    axis = _axis(op, axis, xd)
+    if mask is not None:
+        mask = boolean_mask(op, mask, xd.shape, f"x of shape {tuple(xd.shape)}", xp)
+    return axis, mask
+
+
 class SoftMax(NetOp):
     """Softmax along ``axis`` (the last by default), shifted by the max for stability: each
     slice along the axis sums to 1.
@@ -192,10 +201,9 @@ class SoftMax(NetOp):
         xd = x._data
         xp = backend.array_module(xd)
         if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
-            axis = _axis("SoftMax", axis, xd)
-        self.axis = axis
+            axis, mask = _softmax_options("SoftMax", xd, axis, mask, xp)
+        self.axis, self.mask = axis, mask
         if mask is None:
-            self.mask = None
             try:                # _max inline: a call is a visible part of a tiny softmax's cost
                 top = xd.max(axis=axis, keepdims=True)
             except (ValueError, TypeError):
@@ -203,8 +211,6 @@ class SoftMax(NetOp):
             y = xp.exp(xd - top)
             y /= y.sum(axis=axis, keepdims=True)
         else:
-            self.mask = mask = boolean_mask("SoftMax", mask, xd.shape,
-                                            f"x of shape {tuple(xd.shape)}", xp)
             if xd.shape[axis] == 0:
                 raise _max_refused("SoftMax", xd, axis)
             y = softmax(xd, axis, mask)
@@ -237,10 +243,9 @@ class LogSoftmax(NetOp):
         xd = x._data
         xp = backend.array_module(xd)
         if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
-            axis = _axis("LogSoftmax", axis, xd)
-        self.axis = axis
+            axis, mask = _softmax_options("LogSoftmax", xd, axis, mask, xp)
+        self.axis, self.mask = axis, mask
         if mask is None:
-            self.mask = None
             try:                # _max inline, as in SoftMax
                 y = xd.max(axis=axis, keepdims=True)
             except (ValueError, TypeError):
@@ -248,8 +253,6 @@ class LogSoftmax(NetOp):
             y = xd - y
             total = xp.exp(y).sum(axis=axis, keepdims=True)
         else:
-            self.mask = mask = boolean_mask("LogSoftmax", mask, xd.shape,
-                                            f"x of shape {tuple(xd.shape)}", xp)
             y = xp.where(mask, xd, -xp.inf)
             top = _max("LogSoftmax", y, axis)
             top[top == -xp.inf] = 0             # nothing kept: −inf − (−inf) would be NaN

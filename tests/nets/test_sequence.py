@@ -4,14 +4,6 @@ import pytest
 import nnkit as nn
 
 
-@pytest.fixture
-def float64():
-    saved = nn.get_dtype()
-    nn.set_dtype(np.float64)
-    yield
-    nn.set_dtype(saved)
-
-
 @pytest.mark.parametrize("cell,k", [("lstm", 4), ("gru", 3), ("rnn", 1)])
 def test_vars_shapes_and_seeded_init(cell, k):
     model = nn.SequenceModel(7, 5, 3, cell=cell, embedding=4, seed=0)
