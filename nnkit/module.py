@@ -222,24 +222,24 @@ def _walk(root):
             return
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                visit(_join(prefix, str(i)), item)
+                visit(dotted(prefix, str(i)), item)
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                visit(_join(prefix, str(key)), item)
+                visit(dotted(prefix, str(key)), item)
             return
         if isinstance(value, type) or id(value) in seen_objects:
             return
         if isinstance(value, Module):
             seen_objects.add(id(value))
             for name, item in value.members():
-                visit(_join(prefix, name), item)
+                visit(dotted(prefix, name), item)
         names = getattr(type(value), "buffers", ())
         if names and isinstance(names, tuple):
             seen_objects.add(id(value))
             for attribute in names:
                 if backend.is_array(getattr(value, attribute, None)):
-                    add(_join(prefix, attribute), (value, attribute), "buffer")
+                    add(dotted(prefix, attribute), (value, attribute), "buffer")
 
     visit("", root)
     return found
@@ -266,7 +266,8 @@ def _modules(root):
     return out
 
 
-def _join(prefix, name):
+def dotted(prefix, name):
+    """``prefix.name``, or ``name`` at the top: how nested names are written."""
     return f"{prefix}.{name}" if prefix else name
 
 

@@ -5,7 +5,7 @@ from collections import namedtuple
 
 from .. import backend
 from ..core import NetVar
-from ..module import Module
+from ..module import Module, dotted
 
 _topology_model = None      # the class registered by saved_with_topology (FFN)
 
@@ -86,10 +86,6 @@ def _holds_buffers(value):
     return not isinstance(value, type) and bool(names) and isinstance(names, tuple)
 
 
-def _join(prefix, name):
-    return f"{prefix}.{name}" if prefix else name
-
-
 def _check_collection(model, where):
     """Refuse what a dict or list to save must not hold, and two objects under one name."""
     claimed = {}                # name -> (id of the object, where it is)
@@ -110,19 +106,19 @@ def _check_collection(model, where):
             claim(name, value, place)
         elif isinstance(value, Module):
             for inner, p in value.named_vars().items():
-                claim(_join(name, inner), p, place)
+                claim(dotted(name, inner), p, place)
             for inner, array in value.named_buffers().items():
-                claim(_join(name, inner), array, place)
+                claim(dotted(name, inner), array, place)
         elif _holds_buffers(value):
             for attribute in type(value).buffers:
                 if backend.is_array(getattr(value, attribute, None)):
-                    claim(_join(name, attribute), getattr(value, attribute), place)
+                    claim(dotted(name, attribute), getattr(value, attribute), place)
         elif isinstance(value, (dict, list, tuple)):
             if id(value) in inside:
                 raise ValueError(f"{where}: {place} contains itself")
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, item in items:
-                visit(item, _join(name, str(key)), f"{place}[{key!r}]", inside | {id(value)})
+                visit(item, dotted(name, str(key)), f"{place}[{key!r}]", inside | {id(value)})
         else:
             raise TypeError(f"{where}: {place} is {_got(value)}, not a parameter (a NetVar), "
                             "a Module, or a dict or list of them")

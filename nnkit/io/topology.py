@@ -3,6 +3,8 @@ the registry of nnkit's public op classes, arguments as parameter references, Ba
 constants and numbers), ``_rebuild`` builds an FFN back from that description,
 ``_check_topology`` compares a model's ops with a file's, and ``_file_names`` maps version 1
 parameter names (``<entry>.<Op>.<argument>``) onto a model's."""
+import functools
+
 import numpy
 
 from .. import backend, ops
@@ -13,8 +15,10 @@ from .fileformat import CheckpointError, _plain
 from .model import _has_topology, _topology_class
 
 
+@functools.cache
 def _op_registry():
-    """Public op name -> class, from nnkit.ops (first name wins for aliases)."""
+    """Public op name -> class, from nnkit.ops (first name wins for aliases); made once, read
+    only."""
     registry = {}
     for name in ops.__all__:
         op = getattr(ops, name)
@@ -146,6 +150,7 @@ def _parameter(array):
 
 
 def _rebuild(path, meta, saved, buffers, source, extra_ops):
+    params = {name: _parameter(array) for name, array in saved.items()}
     if meta.get("topology") is None:
         why = (meta.get("model") or {}).get("why")
         if why is not None or buffers:
@@ -153,8 +158,7 @@ def _rebuild(path, meta, saved, buffers, source, extra_ops):
                 f"load: '{path}' cannot rebuild its model without it: {why or 'it has buffers'}"
                 "; only an FFN and dicts or lists of parameters are rebuilt from a file; give "
                 "the model to load into: nn.load(path, model)")
-        return {name: _parameter(array) for name, array in saved.items()}
-    params = {name: _parameter(array) for name, array in saved.items()}
+        return params
     registry = {**_op_registry(), **(extra_ops or {})}
     states = {}
 
