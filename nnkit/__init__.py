@@ -27,6 +27,7 @@ from .init import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
 from .viz import *  # noqa: F401,F403
+from .autodiff import grad
 from .gradcheck import *  # noqa: F401,F403
 from .trace import *  # noqa: F401,F403
 

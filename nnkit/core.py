@@ -258,33 +258,9 @@ class NetVar(ArrayLike):
             seed = backend.array_module(self._data).ones_like(self._data)
         else:
             seed = _gradient_from_user(g, self, f"back(): the seed gradient of {self._describe()}")
-        nodes = _reverse_topological(self)
+        nodes = _reverse_topological((self,))
         self.accumulate(seed)      # kept as shared when stored: the caller's array is never edited
-        observers = _observers
-        if trace:
-            recorder = _recorder()
-            observers = observers + [recorder]
-        stamp = _edits
-        for node in nodes:
-            if node._g is not None:
-                if node._pversion < stamp:
-                    _check_versions(node)
-                if observers:
-                    for observer in observers:
-                        observer.before(node)
-                parents = node._parents
-                # `_back(*parents)` as a call with a fixed argument list when it has one or two
-                # parents (almost every op): Python runs such a call inside the loop's frame.
-                if len(parents) == 2:
-                    node._back(parents[0], parents[1])
-                elif len(parents) == 1:
-                    node._back(parents[0])
-                else:
-                    node._back(*parents)
-                if observers:
-                    for observer in observers:
-                        observer.after(node)
-        return recorder.trace() if trace else None
+        return _propagate(nodes, trace)
 
     # -- the graph
     def detach(self):
@@ -365,6 +341,19 @@ class NetOp(NetVar):
                 f"_back(self, {', '.join(f'input{i}' for i in range(len(parents)))}) that "
                 "accumulates each input's gradient")
 
+    def _grads(self, g, *parents):
+        """The backward rule written with ops on nodes, for ``nnkit.grad(create_graph=True)``:
+        returns each parent's gradient as a node (None for none), given the upstream gradient
+        as the node ``g``. Every subclass that can be differentiated twice defines it (or
+        ``_composite(*parents)``, the same value built from such ops); this one refuses.
+        """
+        raise NotImplementedError(
+            f"grad(create_graph=True): {type(self).__name__} defines no _grads, so nnkit cannot "
+            f"differentiate the backward pass of {self._describe()}; give the op a "
+            f"_grads(self, g, {', '.join(f'input{i}' for i in range(len(parents)))}) that returns "
+            "each input's gradient built from ops (docs/contributing.md, 'Higher-order "
+            "gradients'), or use create_graph=False")
+
 
 def _link(node, data, a, b=None):
     """``NetOp.__init__(node, data, a, b)`` for the operators' fast path (ops/surface.py) alone;
@@ -403,16 +392,48 @@ def _as_op_array(data):
 
 # ----------------------------------------------------------------------------- engine internals
 
-def _reverse_topological(root):
-    """The op nodes reachable from ``root`` (itself included), children before parents.
+def _propagate(nodes, trace=False):
+    """Call ``_back`` on each of ``nodes`` (children before parents) whose gradient some consumer
+    or seed has given; the loop of ``back()``, shared with ``nnkit.grad``."""
+    observers = _observers
+    if trace:
+        recorder = _recorder()
+        observers = observers + [recorder]
+    stamp = _edits
+    for node in nodes:
+        if node._g is not None:
+            if node._pversion < stamp:
+                _check_versions(node)
+            if observers:
+                for observer in observers:
+                    observer.before(node)
+            parents = node._parents
+            # `_back(*parents)` as a call with a fixed argument list when it has one or two
+            # parents (almost every op): Python runs such a call inside the loop's frame.
+            if len(parents) == 2:
+                node._back(parents[0], parents[1])
+            elif len(parents) == 1:
+                node._back(parents[0])
+            else:
+                node._back(*parents)
+            if observers:
+                for observer in observers:
+                    observer.after(node)
+    return recorder.trace() if trace else None
+
+
+def _reverse_topological(roots):
+    """The op nodes reachable from ``roots`` (themselves included), children before parents.
 
     Each node's gradient is forgotten as it is collected (back() recomputes op-node
     gradients), which saves a second pass over the graph.
     """
-    if not root._parents:
-        return []
-    seen = {root}
-    stack = [root]
+    stack = []
+    seen = set()
+    for root in roots:
+        if root._parents and root not in seen:
+            seen.add(root)
+            stack.append(root)
     nodes = []
     visit, push, collect = seen.add, stack.append, nodes.append   # bound once: a hot loop
     while stack:

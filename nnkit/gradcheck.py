@@ -1,6 +1,7 @@
 """Gradient checking: analytic gradients from ``back()`` against central finite differences.
 
 ``gradcheck(f, *inputs)`` returns True or raises GradcheckError naming the worst element;
+``gradgradcheck(f, *inputs)`` does the same for second derivatives (``grad(create_graph=True)``);
 ``verbose=True`` also prints, per input, the analytic and numeric gradient side by side with
 the wrong elements marked, so a learner writing a NetOp sees exactly what is off. The same
 report is ``error.report`` on a GradcheckError (an HTML table in Jupyter).
@@ -11,10 +12,12 @@ import math
 import numpy
 
 from . import backend, checks
+from .autodiff import grad
 from .core import NetVar
 from .modes import no_grad
+from .ops.shape import Reshape
 
-__all__ = ['gradcheck', 'GradcheckError', 'GradcheckReport']
+__all__ = ['gradcheck', 'gradgradcheck', 'GradcheckError', 'GradcheckReport']
 
 
 class GradcheckError(AssertionError):
@@ -56,10 +59,10 @@ class _Input:
             return f"{head}: needs no gradient (not checked)"
         return f"{head}: {self.wrong} of {self.excess.size} elements wrong"
 
-    def failure(self):
+    def failure(self, title="gradcheck"):
         """The error line for the worst element (the format GradcheckError has always had)."""
         index = numpy.unravel_index(int(self.excess.argmax()), self.shape)
-        return (f"gradcheck: input {self.position}{self.name} of shape {self.shape}: worst "
+        return (f"{title}: input {self.position}{self.name} of shape {self.shape}: worst "
                 f"element {tuple(int(i) for i in index)} has analytic "
                 f"{float(self.analytic[index]):.8g} but numeric {float(self.numeric[index]):.8g}")
 
@@ -91,9 +94,10 @@ class GradcheckReport:
     caps the elements listed per input (the worst ones are kept).
     """
 
-    def __init__(self, inputs, limit=24):
+    def __init__(self, inputs, limit=24, title="gradcheck"):
         self.inputs = inputs
         self.limit = limit
+        self.title = title
 
     @property
     def ok(self):
@@ -104,10 +108,10 @@ class GradcheckReport:
 
     def failures(self):
         """One line per failing input, naming its worst element."""
-        return [entry.failure() for entry in self.inputs if entry.wrong]
+        return [entry.failure(self.title) for entry in self.inputs if entry.wrong]
 
     def __str__(self):
-        lines = [f"gradcheck: {'OK' if self.ok else 'WRONG GRADIENTS'}"]
+        lines = [f"{self.title}: {'OK' if self.ok else 'WRONG GRADIENTS'}"]
         for entry in self.inputs:
             lines.append(entry.title)
             rows = entry.rows(self.limit)
@@ -122,7 +126,7 @@ class GradcheckReport:
         return "\n".join(lines)
 
     def _repr_html_(self):
-        parts = [f"<p><b>gradcheck: {'OK' if self.ok else 'wrong gradients'}</b></p>"]
+        parts = [f"<p><b>{self.title}: {'OK' if self.ok else 'wrong gradients'}</b></p>"]
         for entry in self.inputs:
             parts.append(f"<p>{html.escape(entry.title, quote=False)}</p>")
             rows = "".join(
@@ -139,6 +143,53 @@ def _weighted_sum(out, weights):
     return float(backend.to_cpu((out.data * weights).sum()))
 
 
+def _check_arguments(check, eps, atol, rtol, inputs):
+    for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol)):
+        if not (checks.is_number(value) and math.isfinite(value)
+                and (value > 0 if name == "eps" else value >= 0)):
+            bound = "> 0" if name == "eps" else ">= 0"
+            raise ValueError(f"{check}: {name} must be a finite number {bound}, got {value!r}")
+    for position, x in enumerate(inputs):
+        if not isinstance(x, NetVar):
+            raise TypeError(f"{check}: input {position} is a {type(x).__name__}, not a NetVar")
+        if x.requires_grad and x.dtype != numpy.float64:
+            raise TypeError(f"{check}: input {position} has dtype {x.dtype}; finite "
+                            "differences need float64 inputs")
+    if not any(x.requires_grad for x in inputs):
+        raise ValueError(f"{check}: no input requires a gradient, so nothing would be checked")
+
+
+def _output(check, out):
+    if not isinstance(out, NetVar):
+        raise TypeError(f"{check}: f must return a node, got {type(out).__name__}")
+    return out
+
+
+def _central_differences(x, evaluate, eps, xp):
+    """(F(x + eps) − F(x − eps)) / 2eps for each element of x in turn, F being ``evaluate()``."""
+    flat = x._data.reshape(-1)
+    numeric = xp.zeros(x.size, dtype=numpy.float64)
+    for k in range(x.size):
+        saved = flat[k].copy()
+        flat[k] = saved + eps
+        plus = evaluate()
+        flat[k] = saved - eps
+        minus = evaluate()
+        flat[k] = saved
+        numeric[k] = (plus - minus) / (2 * eps)
+    return numeric.reshape(x.shape)
+
+
+def _verdict(report, verbose, raise_on_error):
+    if verbose:
+        print(report)
+    if not report.ok:
+        if raise_on_error:
+            raise GradcheckError("\n".join(report.failures()), report)
+        return False
+    return True
+
+
 def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error=True,
               verbose=False):
     """Check ``f(*inputs)``'s gradients against central finite differences, in float64.
@@ -153,25 +204,11 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error
     ``raise_on_error=False``). ``verbose=True`` prints the GradcheckReport: per input, analytic
     and numeric gradients side by side with the wrong elements marked.
     """
-    for name, value in (("eps", eps), ("atol", atol), ("rtol", rtol)):
-        if not (checks.is_number(value) and math.isfinite(value)
-                and (value > 0 if name == "eps" else value >= 0)):
-            bound = "> 0" if name == "eps" else ">= 0"
-            raise ValueError(f"gradcheck: {name} must be a finite number {bound}, got {value!r}")
     inputs = list(inputs)
-    for position, x in enumerate(inputs):
-        if not isinstance(x, NetVar):
-            raise TypeError(f"gradcheck: input {position} is a {type(x).__name__}, not a NetVar")
-        if x.requires_grad and x.dtype != numpy.float64:
-            raise TypeError(f"gradcheck: input {position} has dtype {x.dtype}; finite "
-                            "differences need float64 inputs")
+    _check_arguments("gradcheck", eps, atol, rtol, inputs)
     for x in inputs:
         x.reset()
-    if not any(x.requires_grad for x in inputs):
-        raise ValueError("gradcheck: no input requires a gradient, so nothing would be checked")
-    out = f(*inputs)
-    if not isinstance(out, NetVar):
-        raise TypeError(f"gradcheck: f must return a node, got {type(out).__name__}")
+    out = _output("gradcheck", f(*inputs))
     xp = backend.array_module(out.data)
     weights = xp.asarray(numpy.random.default_rng(seed).standard_normal(out.shape),
                          dtype=out.dtype)
@@ -185,23 +222,58 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error
         for position, x in enumerate(inputs):
             numeric = None
             if x.requires_grad:
-                flat = x._data.reshape(-1)
-                numeric = xp.zeros(x.size, dtype=numpy.float64)
-                for k in range(x.size):
-                    saved = flat[k].copy()
-                    flat[k] = saved + eps
-                    plus = _weighted_sum(f(*inputs), weights)
-                    flat[k] = saved - eps
-                    minus = _weighted_sum(f(*inputs), weights)
-                    flat[k] = saved
-                    numeric[k] = (plus - minus) / (2 * eps)
-                numeric = numeric.reshape(x.shape)
+                numeric = _central_differences(
+                    x, lambda: _weighted_sum(f(*inputs), weights), eps, xp)
             checked.append(_Input(position, x, analytic[position], numeric, atol, rtol))
-    report = GradcheckReport(checked)
-    if verbose:
-        print(report)
-    if not report.ok:
-        if raise_on_error:
-            raise GradcheckError("\n".join(report.failures()), report)
-        return False
-    return True
+    return _verdict(GradcheckReport(checked), verbose, raise_on_error)
+
+
+def gradgradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, seed=0, raise_on_error=True,
+                  verbose=False):
+    """Check ``f(*inputs)``'s second derivatives: finite differences of the analytic gradient
+    against the analytic second derivative from ``grad(create_graph=True)``, in float64.
+
+    With fixed random weights R (shaped like the output) and V_i (like each input x_i), the
+    checked function is the scalar F = Σ_i ⟨V_i, ∂⟨R, f⟩/∂x_i⟩. Its analytic gradient comes
+    from backpropagating through the gradients that ``grad(..., create_graph=True)`` built; its
+    numeric gradient from central differences of F, each F computed with first-order
+    gradients (``create_graph=False``, the ops' ``_back``). Both are compared for every input
+    and for R itself (listed last, as "the upstream gradient": it checks how each ``_grads``
+    uses its upstream gradient ``g``). The report, return value and errors are those of
+    ``gradcheck``.
+    """
+    inputs = list(inputs)
+    _check_arguments("gradgradcheck", eps, atol, rtol, inputs)
+    wanted = [x for x in inputs if x.requires_grad]
+    out = _output("gradgradcheck", f(*inputs))
+    xp = backend.array_module(out.data)
+    rng = numpy.random.default_rng(seed)
+    weights = xp.asarray(rng.standard_normal(out.shape), dtype=out.dtype)
+    directions = [xp.asarray(rng.standard_normal(x.shape), dtype=x.dtype) for x in wanted]
+    upstream = NetVar(weights.reshape(out.shape if out.ndim >= 2 else (1, -1)),
+                      name="the upstream gradient")
+
+    def first_order(seed_weights):
+        found = grad(f(*inputs), wanted, g=seed_weights)
+        return float(sum(backend.to_cpu((g * v).sum()) for g, v in zip(found, directions)))
+
+    found = grad(out, wanted, g=Reshape(upstream, out.shape), create_graph=True)
+    total = sum(((g * v).sum() for g, v in zip(found, directions)))
+    everything = wanted + [upstream]
+    if total.requires_grad:
+        analytic = grad(total, everything)
+    else:                       # every gradient is a constant: the second derivatives are 0
+        analytic = [xp.zeros_like(x._data) for x in everything]
+    by_input = dict(zip(map(id, everything), analytic))
+
+    checked = []
+    for position, x in enumerate(inputs + [upstream]):
+        numeric = None
+        if x.requires_grad:
+            if x is upstream:
+                evaluate = lambda: first_order(upstream._data.reshape(out.shape))  # noqa: E731
+            else:
+                evaluate = lambda: first_order(weights)  # noqa: E731
+            numeric = _central_differences(x, evaluate, eps, xp)
+        checked.append(_Input(position, x, by_input.get(id(x)), numeric, atol, rtol))
+    return _verdict(GradcheckReport(checked, title="gradgradcheck"), verbose, raise_on_error)

@@ -29,6 +29,7 @@ LAYERS = [
     ["ops.embedding", "ops.classification", "ops.cells", "ops.einsum", "ops.attention"],
     ["ops.surface"],                    # NetVar's operators and methods, over every family
     ["ops"],
+    ["autodiff"],                       # grad(): gradients as values, gradients of gradients
     ["optim.base"],
     ["optim.gd", "optim.adam", "optim.nesterov", "optim.rmsprop", "optim.adagrad",
      "optim.modifiers", "optim.schedules"],

@@ -125,6 +125,9 @@ class Multiply(NetOp):
             else:
                 w.accumulate(x._data.swapaxes(-1, -2) @ self._g)
 
+    def _grads(self, g, x, w):
+        return Multiply(g, swap_last(w)), Multiply(swap_last(x), g)
+
 
 class Add(_Elementwise):
     """Elementwise sum (e.g. adding a bias), with broadcasting.
@@ -140,6 +143,9 @@ class Add(_Elementwise):
         if b is not None:
             b.accumulate(self._g)
 
+    def _grads(self, g, a, b=None):
+        return (g,) if b is None else (g, g)
+
 
 class Sub(_Elementwise):
     """Elementwise difference, with broadcasting.
@@ -154,6 +160,9 @@ class Sub(_Elementwise):
         a.accumulate(self._g)
         if b is not None and b.requires_grad:
             b.accumulate(-self._g)
+
+    def _grads(self, g, a, b=None):
+        return (g,) if b is None else (g, -g)
 
 
 class Mul(_Elementwise):
@@ -171,6 +180,11 @@ class Mul(_Elementwise):
         if b is not None and b.requires_grad:
             b.accumulate(self._g * a._data)
 
+    def _grads(self, g, a, b=None):
+        if b is None:
+            return (g * self.constant,)
+        return g * b, g * a
+
 
 class Div(_Elementwise):
     """Elementwise quotient, with broadcasting (division by zero gives ±inf or NaN, as NumPy).
@@ -186,6 +200,12 @@ class Div(_Elementwise):
         a.accumulate(da)
         if b is not None and b.requires_grad:
             b.accumulate(-da * self._data)
+
+    def _grads(self, g, a, b=None):
+        if b is None:
+            return (g / self.constant,)
+        da = g / b
+        return da, -da * self
 
 
 def _subtract_from(a, b):
@@ -211,6 +231,9 @@ class RSub(_Elementwise):
         if b is not None:
             b.accumulate(self._g)
 
+    def _grads(self, g, a, b=None):
+        return (-g,) if b is None else (-g, g)
+
 
 class RDiv(_Elementwise):
     """Elementwise quotient, operands swapped: what ``c / x`` builds for a plain ``c``.
@@ -228,6 +251,10 @@ class RDiv(_Elementwise):
         if b is not None and b.requires_grad:
             b.accumulate(db)
 
+    def _grads(self, g, a, b=None):
+        db = g / a
+        return (-db * self,) if b is None else (-db * self, db)
+
 
 class Neg(NetOp):
     """Negation.
@@ -242,6 +269,9 @@ class Neg(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(-self._g)
+
+    def _grads(self, g, x):
+        return (-g,)
 
 
 class Pow(NetOp):
@@ -261,6 +291,9 @@ class Pow(NetOp):
     def _back(self, x):
         x.accumulate_same_shape(self._g * (self.p * x._data ** (self.p - 1)))
 
+    def _grads(self, g, x):
+        return (g * (Pow(x, self.p - 1) * self.p),)
+
 
 class Exp(NetOp):
     """Exponential.
@@ -276,6 +309,9 @@ class Exp(NetOp):
     def _back(self, x):
         x.accumulate_same_shape(self._g * self._data)
 
+    def _grads(self, g, x):
+        return (g * self,)
+
 
 class Log(NetOp):
     """Natural logarithm (log 0 = −inf and log of a negative number = NaN, as NumPy).
@@ -290,3 +326,13 @@ class Log(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g / x._data)
+
+    def _grads(self, g, x):
+        return (g / x,)
+
+
+def swap_last(x):
+    """The node x with its last two axes swapped (a matrix transposed)."""
+    axes = list(range(x.ndim))
+    axes[-2:] = axes[:-3:-1]
+    return x.transpose(*axes)

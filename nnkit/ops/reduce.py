@@ -61,6 +61,9 @@ class Sum(NetOp):
     def _back(self, x):
         x.accumulate(_spread(self, self._g, x))
 
+    def _grads(self, g, x):
+        return (spread(self, g, x),)
+
 
 class Mean(NetOp):
     """Mean over ``axis`` (all axes when None), as ``numpy.mean``.
@@ -78,6 +81,9 @@ class Mean(NetOp):
 
     def _back(self, x):
         x.accumulate(_spread(self, self._g / _count(x._data.shape, self.axes), x))
+
+    def _grads(self, g, x):
+        return (spread(self, g, x) / _count(x._data.shape, self.axes),)
 
 
 def _check_not_empty(op, x, axes):
@@ -97,6 +103,13 @@ def _count(shape, axes):
 def _spread(node, a, x):
     """An array shaped like the reduction ``node``'s output, broadcast back to x's shape."""
     return expand_reduced(a, node.axes, node.keepdims, x._data.shape)
+
+
+def spread(node, g, x):
+    """``_spread`` for a node ``g`` (in ``_grads``): the reduced axes put back, broadcast to x."""
+    if not node.keepdims:
+        g = g.reshape(tuple(1 if i in node.axes else n for i, n in enumerate(x.shape)))
+    return g.broadcast_to(x.shape)
 
 
 class _Extreme(NetOp):

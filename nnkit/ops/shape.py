@@ -83,6 +83,9 @@ class Reshape(NetOp):
     def _back(self, x):
         x.accumulate(self._g.reshape(x._data.shape))
 
+    def _grads(self, g, x):
+        return (Reshape(g, x.shape),)
+
 
 class Transpose(NetOp):
     """Permute the axes (reverse them when ``axes`` is None), as ``numpy.transpose``.
@@ -110,5 +113,8 @@ class Transpose(NetOp):
 
     def _back(self, x):
         x.accumulate(self._g.transpose(tuple(numpy.argsort(self.axes))))
+
+    def _grads(self, g, x):
+        return (Transpose(g, tuple(int(i) for i in numpy.argsort(self.axes))),)
 
 
