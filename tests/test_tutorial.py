@@ -36,8 +36,11 @@ def test_tutorial_runs(monkeypatch):
     accuracy = float(text.split("test accuracy: ")[1].split()[0])
     assert accuracy > 0.9
     assert "step 0: CELoss" in text and "<-- wrong" in text and "gradcheck: OK" in text
+    assert "f'(2) = 21.0  f''(2) = 42.0" in text                # the second-order section
+    newton = [line for line in text.splitlines() if line.startswith("newton step 7")]
+    assert newton and abs(float(newton[0].split("f'(t) = ")[1])) < 1e-12
     kinds = [kind for output in outputs for kind in output.get("data", {})]
     assert "image/png" in kinds                               # the loss curve
     assert "text/html" in kinds                               # node and trace tables
     if shutil.which("dot"):
-        assert kinds.count("image/svg+xml") == 3              # the three draw() pictures
+        assert kinds.count("image/svg+xml") == 4              # the four draw() pictures

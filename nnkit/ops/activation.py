@@ -109,6 +109,12 @@ def sigmoid(x, xp):
     return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
+def _where(condition, x):
+    """The 0/1 array of ``condition`` in x's dtype: which branch of a piecewise op is taken, a
+    constant in ``_grads`` (its derivative is 0 almost everywhere)."""
+    return condition.astype(x._data.dtype)
+
+
 class ReLU(NetOp):
     """Rectified linear unit.
 
@@ -123,6 +129,9 @@ class ReLU(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * (x._data > 0))
+
+    def _grads(self, g, x):
+        return (g * _where(x._data > 0, x),)
 
 
 class LReLU(NetOp):
@@ -142,6 +151,10 @@ class LReLU(NetOp):
         xp = backend.array_module(x._data)
         x.accumulate_same_shape(xp.where(x._data > 0, self._g, self._g * self.s))
 
+    def _grads(self, g, x):
+        xp = backend.array_module(x._data)
+        return (g * xp.where(x._data > 0, 1, self.s).astype(x._data.dtype),)
+
 
 class Sigmoid(NetOp):
     """Logistic sigmoid, computed without overflow for any |x|.
@@ -156,6 +169,9 @@ class Sigmoid(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * self._data * (1 - self._data))
+
+    def _grads(self, g, x):
+        return (g * (self * (1 - self)),)
 
 
 class Tanh(NetOp):
@@ -173,6 +189,9 @@ class Tanh(NetOp):
         # The second form: with no Python number in it, NumPy skips converting one, which on
         # a tiny array costs more than the arithmetic (Tanh is the most used activation).
         x.accumulate_same_shape(self._g - self._g * self._data * self._data)
+
+    def _grads(self, g, x):
+        return (g - g * (self * self),)
 
 
 def _softmax_options(op, xd, axis, mask, xp):
@@ -223,6 +242,11 @@ class SoftMax(NetOp):
         x.accumulate_same_shape(
             self._data * (g - (g * self._data).sum(axis=self.axis, keepdims=True)))
 
+    def _grads(self, g, x):
+        # No mask needed: y is exactly 0 under it (and in a slice with nothing kept), so the
+        # factor y zeroes those entries' g, and their gradient, to every order.
+        return (self * (g - (g * self).sum(self.axis, keepdims=True)),)
+
 
 Softmax = SoftMax
 
@@ -272,6 +296,12 @@ class LogSoftmax(NetOp):
             g = xp.where(self.mask, g, 0)
         x.accumulate_same_shape(g - xp.exp(self._data) * g.sum(axis=self.axis, keepdims=True))
 
+    def _grads(self, g, x):
+        if self.mask is not None:
+            g = g * _where(self.mask, x)
+        # e^y is the softmax (exactly 0 under the mask), as a node: its own derivative counts
+        return (g - self.exp() * g.sum(self.axis, keepdims=True),)
+
 
 class ELU(NetOp):
     """Exponential linear unit with scale α for negative inputs.
@@ -292,6 +322,11 @@ class ELU(NetOp):
         xp = backend.array_module(x._data)
         x.accumulate_same_shape(xp.where(x._data > 0, self._g * self.scale,
                                          self._g * (self._data + self.scale * self.alpha)))
+
+    def _grads(self, g, x):
+        # dy/dx = λ for x > 0, y + λα below (y as a node: its derivative is y + λα again)
+        positive = _where(x._data > 0, x)
+        return (g * ((self + self.scale * self.alpha) * (1 - positive) + self.scale * positive),)
 
 
 class SELU(ELU):
@@ -322,6 +357,9 @@ class Softplus(NetOp):
     def _back(self, x):
         x.accumulate_same_shape(self._g * sigmoid(x._data, backend.array_module(x._data)))
 
+    def _grads(self, g, x):
+        return (g * Sigmoid(x),)
+
 
 class GELU(NetOp):
     """Gaussian error linear unit, tanh approximation (PyTorch's ``gelu(approximate='tanh')``).
@@ -345,6 +383,10 @@ class GELU(NetOp):
         x.accumulate_same_shape(self._g * (0.5 * (1 + self.t) + 0.5 * x._data * (1 - self.t ** 2)
                                            * self.c * (1 + 3 * self.k * x._data ** 2)))
 
+    def _grads(self, g, x):
+        t = Tanh((x + x * x * x * self.k) * self.c)     # t as a node, not the stored array
+        return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * self.c * (1 + 3 * self.k * x * x)),)
+
 
 class SiLU(NetOp):
     """Sigmoid-weighted linear unit, also called swish (``Swish`` is the same op).
@@ -360,6 +402,10 @@ class SiLU(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * (self.s * (1 + x._data * (1 - self.s))))
+
+    def _grads(self, g, x):
+        s = Sigmoid(x)                                  # s as a node, not the stored array
+        return (g * (s * (1 + x * (1 - s))),)
 
 
 Swish = SiLU
@@ -383,3 +429,6 @@ class HardTanh(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * ((x._data > self.lo) & (x._data < self.hi)))
+
+    def _grads(self, g, x):
+        return (g * _where((x._data > self.lo) & (x._data < self.hi), x),)

@@ -17,8 +17,9 @@ import numpy
 
 from .. import backend, checks, core
 from ..core import NetVar, constant
-from .activation import sigmoid
+from .activation import LogSoftmax, Sigmoid, sigmoid
 from .loss import Loss, _check_range, _pair, _same_positions, _scalar, _upstream, _valid_mask
+from .math import Where
 
 
 class CELoss(Loss):
@@ -49,6 +50,12 @@ class CELoss(Loss):
             p.accumulate(-g * t._data / self.pc / self.B)
         if t.requires_grad:
             t.accumulate(-g * backend.array_module(self.pc).log(self.pc) / self.B)
+
+    def _composite(self, p, t):
+        # max(p, ε) with the branch as a constant: p where p ≥ ε, ε below
+        above = (p._data >= self.eps).astype(self.pc.dtype)
+        pc = p * above + self.eps * (1 - above)
+        return (-(t * pc.log()).sum() / self.B).reshape(1, 1)
 
 
 def _class_weight(op, weight, C, dtype, xp):
@@ -173,6 +180,22 @@ class SoftmaxCELoss(Loss):
                 dt = dt * self.weight
             t.accumulate(dt.reshape(t._data.shape))
 
+    def _composite(self, z, t=None):
+        M, C = self.logp.shape
+        logp = LogSoftmax(z.reshape(M, C))
+        if self.indices:
+            # −Σᵢ shareᵢ · log p[i, tᵢ] as a product with the constant array of the shares
+            xp = backend.array_module(self.logp)
+            shares = xp.zeros((M, C), dtype=self.logp.dtype)
+            shares[xp.arange(M), self.idx] = self.coef
+            value = -(logp * shares).sum()
+        else:
+            tw = self.tw                # a constant unless t is a node that needs a gradient
+            if t is not None and t.requires_grad:
+                tw = t.reshape(M, C) if self.weight is None else t.reshape(M, C) * self.weight
+            value = -((tw * logp).sum(1) * self.coef).sum()
+        return value.reshape(1, 1)
+
 
 class SigmoidCELoss(Loss):
     """Binary cross-entropy on logits z against targets t in [0, 1], stable for any |z|.
@@ -222,6 +245,13 @@ class SigmoidCELoss(Loss):
         if t.requires_grad:
             t.accumulate(-scale * z._data)
 
+    def _grads(self, g, z, t):
+        scale = g.reshape(()) / self.N
+        if self.w is not None:
+            scale = scale * self.w
+        return (scale * (Sigmoid(z) - t) if z.requires_grad else None,
+                -scale * z if t.requires_grad else None)
+
 
 class NLLLoss(Loss):
     """Negative log-likelihood of class indices under log-probabilities (after LogSoftmax).
@@ -265,6 +295,13 @@ class NLLLoss(Loss):
         d = xp.zeros((self.idx.size, logp._data.shape[-1]), dtype=logp._data.dtype)
         d[self.rows, self.idx] = -_upstream(self) * self.coef
         logp.accumulate(d.reshape(logp._data.shape))
+
+    def _grads(self, g, logp):
+        # linear in logp: g times the constant array of the shares
+        xp = backend.array_module(logp._data)
+        d = xp.zeros((self.idx.size, logp._data.shape[-1]), dtype=logp._data.dtype)
+        d[self.rows, self.idx] = -self.coef
+        return (g.reshape(()) * d.reshape(logp._data.shape),)
 
 
 def _check_classes(op, what, data):
@@ -332,3 +369,13 @@ class KLDivLoss(Loss):
                 p.accumulate(self.prob * dp)
             else:
                 p.accumulate(backend.array_module(dp).where(p._data > 0, dp, 0))
+
+    def _composite(self, x, p):
+        if self.log_target:
+            terms = p.exp() * (p - x)
+        else:
+            # Where p = 0 the term is 0: ln 1 and x = 0 put there keep it (and its derivatives)
+            # 0 and finite even for an x of −inf
+            positive = p._data > 0
+            terms = p * (Where(positive, p, 1.0).log() - Where(positive, x, 0.0))
+        return (terms.sum() / self.D).reshape(1, 1)

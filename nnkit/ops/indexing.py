@@ -78,6 +78,35 @@ class GetItem(NetOp):
             dx[self.key] = self._g
         x.accumulate(dx)
 
+    def _grads(self, g, x):
+        return (_Scatter(g, self.key, self.repeats, x),)
+
+
+class _Scatter(NetOp):
+    """GetItem's gradient as a node, for ``grad(create_graph=True)``: g put back where
+    ``x[key]`` took its elements from, into zeros of x's shape.
+
+    y = zeros like x, then y[key] += g   (repeated indices accumulate)
+    dg = dy[key]   (a GetItem: both ops are linear, each the other's backward)
+    """
+    __slots__ = ("key", "repeats")
+
+    def __init__(self, g, key, repeats, x):
+        self.key, self.repeats = key, repeats
+        xp = backend.array_module(g._data)
+        y = xp.zeros(x._data.shape, dtype=g._data.dtype)
+        if repeats:
+            scatter_add(y, key, g._data)
+        else:
+            y[key] = g._data
+        super().__init__(y, g)
+
+    def _back(self, g):
+        g.accumulate(self._g[self.key])
+
+    def _grads(self, gy, g):
+        return (GetItem(gy, self.key),)
+
 
 def _describe_index(index):
     parts = index if isinstance(index, tuple) else (index,)
@@ -125,6 +154,12 @@ class Concat(NetOp):
         for x, part in zip(xs, xp.split(self._g, self.ends[:-1].tolist(), axis=self.axis)):
             x.accumulate(part)
 
+    def _grads(self, g, *xs):
+        starts = [0] + self.ends[:-1].tolist()
+        lead = (slice(None),) * self.axis
+        return tuple(GetItem(g, lead + (slice(start, int(end)),)) if x.requires_grad else None
+                     for x, start, end in zip(xs, starts, self.ends))
+
 
 class Stack(NetOp):
     """Stack equal-shaped nodes along a new axis, as ``numpy.stack``.
@@ -149,6 +184,11 @@ class Stack(NetOp):
         xp = backend.array_module(self._g)
         for i, x in enumerate(xs):
             x.accumulate(xp.take(self._g, i, axis=self.axis))
+
+    def _grads(self, g, *xs):
+        lead = (slice(None),) * self.axis
+        return tuple(GetItem(g, lead + (i,)) if x.requires_grad else None
+                     for i, x in enumerate(xs))
 
 
 def Split(x, sections, axis=0):
@@ -240,6 +280,10 @@ class Pad(NetOp):
         inner = tuple(slice(before, n - after) for (before, after), n in
                       zip(self.widths, self._g.shape))
         x.accumulate(self._g[inner])
+
+    def _grads(self, g, x):
+        return (GetItem(g, tuple(slice(before, n - after) for (before, after), n in
+                                 zip(self.widths, g.shape))),)
 
 
 class Broadcast(NetOp):

@@ -77,6 +77,11 @@ def _upstream(loss):
     return loss._g.reshape(())
 
 
+def _opposite(dp, t):
+    """(dp, −dp): the gradients of a loss of p − t, −dp only when the target needs one."""
+    return dp, (-dp if t.requires_grad else None)
+
+
 class L1Loss(Loss):
     """Sum of absolute errors over B rows.
 
@@ -97,6 +102,10 @@ class L1Loss(Loss):
         p.accumulate(dp)
         if t.requires_grad:
             t.accumulate(-dp)
+
+    def _grads(self, g, p, t):
+        # sign(p − t) is constant almost everywhere: an array
+        return _opposite(g.reshape(()) * (backend.array_module(self.r).sign(self.r) / self.B), t)
 
 
 class L2Loss(Loss):
@@ -119,6 +128,9 @@ class L2Loss(Loss):
         p.accumulate(dp)
         if t.requires_grad:
             t.accumulate(-dp)
+
+    def _grads(self, g, p, t):
+        return _opposite(g.reshape(()) * (p - t) / self.B, t)
 
 
 class HuberLoss(Loss):
@@ -147,6 +159,15 @@ class HuberLoss(Loss):
         p.accumulate(dp)
         if t.requires_grad:
             t.accumulate(-dp)
+
+    def _grads(self, g, p, t):
+        # clip(r, −d, d) = r inside [−d, d], ±d outside: which piece is constant (arrays)
+        xp = backend.array_module(self.r)
+        inside = xp.abs(self.r) <= self.d
+        outside = xp.where(inside, 0, xp.clip(self.r, -self.d, self.d))
+        return _opposite(g.reshape(()) * ((p - t) * inside.astype(self.r.dtype) + outside)
+                         / self.B, t)
+
 
 def sequence_mask(lengths, T, time_major=True):
     """The boolean mask of the valid steps of a padded batch of B sequences of T steps.
@@ -242,12 +263,13 @@ class MSELoss(Loss):
     refused, and so are lengths outside [0, T]. When the mask keeps nothing the mean is
     0/0 = NaN, as in PyTorch.
     """
-    __slots__ = ("r", "n")
+    __slots__ = ("r", "n", "m")
 
     def __init__(self, p, t, mask=None, lengths=None):
         p, t = _pair("MSELoss", p, t)
         xp = backend.array_module(p._data)
         r = p._data - t._data
+        self.m = None
         if mask is None and lengths is None:
             n = r.size
         else:
@@ -261,6 +283,7 @@ class MSELoss(Loss):
             m = xp.broadcast_to(m, shape).astype(p._data.dtype)
             r = r * m
             n = m.sum()
+            self.m = m
         self.r = r
         self.n = n
         super().__init__(_scalar((r * r).sum() / n, xp), p, t)
@@ -270,3 +293,7 @@ class MSELoss(Loss):
         p.accumulate(dp)
         if t.requires_grad:
             t.accumulate(-dp)
+
+    def _grads(self, g, p, t):
+        r = p - t if self.m is None else (p - t) * self.m      # the mask m is a constant
+        return _opposite(g.reshape(()) * r * (2 / self.n), t)

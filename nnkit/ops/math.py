@@ -27,6 +27,9 @@ class Sqrt(NetOp):
     def _back(self, x):
         x.accumulate_same_shape(self._g / (2 * self._data))
 
+    def _grads(self, g, x):
+        return (g / (self * 2),)
+
 
 class Abs(NetOp):
     """Absolute value (``abs(x)``, ``x.abs()``).
@@ -41,6 +44,9 @@ class Abs(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * backend.array_module(x._data).sign(x._data))
+
+    def _grads(self, g, x):
+        return (g * backend.array_module(x._data).sign(x._data),)   # sign: constant a.e.
 
 
 class Clip(NetOp):
@@ -78,6 +84,10 @@ class Clip(NetOp):
         if self.hi is not None:
             inside = inside & (x._data <= self.hi)
         x.accumulate(self._g * inside)
+
+    def _grads(self, g, x):
+        inside = x._data == self._data      # lo ≤ x ≤ hi exactly where y = x; constant a.e.
+        return (g * inside.astype(x._data.dtype),)
 
 
 def _on_host(bound):
@@ -146,6 +156,10 @@ class Where(NetOp):
         if b.requires_grad:
             b.accumulate(xp.where(self.cond, 0, self._g))
 
+    def _grads(self, g, a, b):
+        return (Where(self.cond, g, 0.0) if a.requires_grad else None,
+                Where(self.cond, 0.0, g) if b.requires_grad else None)
+
 
 class _Pick(NetOp):
     """Shared by Maximum and Minimum: the chosen input gets g, ties split it in halves."""
@@ -169,6 +183,12 @@ class _Pick(NetOp):
             a.accumulate(self._g * share)
         if b.requires_grad:
             b.accumulate(self._g * (1 - share))
+
+    def _grads(self, g, a, b):
+        dtype = g._data.dtype       # the shares are constant a.e.
+        share = (a._data == self._data).astype(dtype) - 0.5 * (a._data == b._data).astype(dtype)
+        return (g * share if a.requires_grad else None,
+                g * (1 - share) if b.requires_grad else None)
 
 
 class Maximum(_Pick):
@@ -205,6 +225,9 @@ class Sin(NetOp):
     def _back(self, x):
         x.accumulate_same_shape(self._g * backend.array_module(x._data).cos(x._data))
 
+    def _grads(self, g, x):
+        return (g * Cos(x),)
+
 
 class Cos(NetOp):
     """Cosine.
@@ -219,3 +242,6 @@ class Cos(NetOp):
 
     def _back(self, x):
         x.accumulate_same_shape(-self._g * backend.array_module(x._data).sin(x._data))
+
+    def _grads(self, g, x):
+        return (-g * Sin(x),)

@@ -131,6 +131,11 @@ class _Extreme(NetOp):
         share = hit / hit.sum(axis=self.axes, keepdims=True)
         x.accumulate(share * _spread(self, self._g, x))
 
+    def _grads(self, g, x):
+        hit = (x._data == _spread(self, self._data, x)).astype(x._data.dtype)
+        share = hit / hit.sum(axis=self.axes, keepdims=True)     # constant a.e.
+        return (spread(self, g, x) * share,)
+
 
 class Max(_Extreme):
     """Largest element over ``axis`` (all axes when None), as ``numpy.max`` (``x.max(axis)``).
@@ -177,6 +182,9 @@ class LogSumExp(NetOp):
         y = _spread(self, self._data, x)
         x.accumulate(_spread(self, self._g, x) * xp.exp(x._data - y))
 
+    def _grads(self, g, x):
+        return (spread(self, g, x) * (x - spread(self, self, x)).exp(),)
+
 
 class Var(NetOp):
     """Variance over ``axis`` (all axes when None), as ``numpy.var`` (``x.var(axis)``).
@@ -206,6 +214,10 @@ class Var(NetOp):
     def _back(self, x):
         x.accumulate(_spread(self, self._g, x) * (2 / self.dof) * self.centred)
 
+    def _grads(self, g, x):
+        centred = x - x.mean(axis=self.axes, keepdims=True)
+        return (spread(self, g, x) * (2 / self.dof) * centred,)
+
 
 class Norm(NetOp):
     """Euclidean (L2) norm over ``axis`` (all axes when None) (``x.norm(axis)``).
@@ -214,7 +226,8 @@ class Norm(NetOp):
     NumPy's ``norm(x, ord)``: ``x.norm(1)`` is the L2 norm of each row, never an L1 norm.
 
     y = √(Σ_axis x²)
-    dx = expand(g) · x / y,  and 0 where y = 0 (a safe subgradient: no NaN at x = 0)
+    dx = expand(g) · x / y,  and 0 where y = 0 (a safe subgradient: no NaN at x = 0; the
+         second derivative there is 0 too)
     """
     __slots__ = ("axes", "keepdims")
 
@@ -229,6 +242,13 @@ class Norm(NetOp):
         y = _spread(self, self._data, x)
         x.accumulate(_spread(self, self._g, x) * x._data / xp.where(y > 0, y, 1))
 
+    def _grads(self, g, x):
+        # Where y = 0 (x = 0 along the axes) dx is 0 and so is its derivative (PyTorch's is NaN):
+        # x is masked there, and divided by 1 instead of y.
+        y = spread(self, self, x)
+        zero = (y._data == 0).astype(x._data.dtype)
+        return (spread(self, g, x) * (x * (1 - zero)) / (y + zero),)
+
 
 class CosineSimilarity(NetOp):
     """Cosine of the angle between a and b along ``axis`` (not a loss: one value per vector).
@@ -239,6 +259,7 @@ class CosineSimilarity(NetOp):
     y = Σ_axis a·b / (nₐ · n_b)
     da = g · (b / (nₐ n_b) − y · a / nₐ² · [‖a‖ > eps]),  db likewise with a and b swapped
     (below eps the norm is the constant eps, so the gradient is that of y as computed)
+    Second derivatives through a composite of Norm ops.
     """
     __slots__ = ("a", "b", "axis", "na", "nb", "eps", "denominator", "y")
 
@@ -268,6 +289,19 @@ class CosineSimilarity(NetOp):
             if node.requires_grad:
                 radial = xp.where(nu > self.eps, self.y / xp.where(nu > 0, nu * nu, 1), 0)
                 node.accumulate(g * (v / self.denominator - radial * u))
+
+    def _composite(self, a, b):
+        shape = self.a.shape        # a and b broadcast, so that the axis means the same in both
+        a = a if a.shape == shape else a.broadcast_to(shape)
+        b = b if b.shape == shape else b.broadcast_to(shape)
+        y = (a * b).sum(axis=self.axis, keepdims=True) / (self._clamped(a, self.na)
+                                                          * self._clamped(b, self.nb))
+        return y.reshape(self.shape)
+
+    def _clamped(self, u, norm):
+        """max(‖u‖, eps) as a node; which of the two it is, is constant a.e."""
+        above = (norm > self.eps).astype(norm.dtype)
+        return Norm(u, self.axis, keepdims=True) * above + self.eps * (1 - above)
 
 
 class ArgMax(NetOp):

@@ -35,6 +35,10 @@ class Dropout(NetOp):
     def _back(self, x):
         x.accumulate_same_shape(self._g if self.mask is None else self._g * self.mask)
 
+    def _grads(self, g, x):
+        # the stored mask is a constant: the same units stay dropped to every order
+        return (g if self.mask is None else g * self.mask,)
+
 
 class L2Reg(NetOp):
     """A loss plus an L2 penalty on parameters (weight decay written into the loss).
@@ -77,3 +81,7 @@ class L2Reg(NetOp):
         for w in params:
             if w.requires_grad:
                 w.accumulate(g * self.scale * w._data)
+
+    def _grads(self, g, loss, *params):
+        g0 = g.reshape(())
+        return (g,) + tuple(g0 * self.scale * w if w.requires_grad else None for w in params)
