@@ -201,12 +201,12 @@ def _add(grads, node, contribution):
     if not isinstance(contribution, NetVar):
         contribution = constant(contribution, node)
     if contribution.shape != node.shape:
-        contribution = sum_to(contribution, node.shape, node)
+        contribution = _sum_to(contribution, node.shape, node)
     mine = grads.get(node)
     grads[node] = contribution if mine is None else mine + contribution
 
 
-def sum_to(g, shape, node=None):
+def _sum_to(g, shape, node=None):
     """The node ``g`` summed over the axes along which an input of ``shape`` was broadcast (the
     differentiable ``unbroadcast``); refused when ``g`` cannot have come from broadcasting."""
     shape = tuple(shape)
