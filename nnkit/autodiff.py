@@ -190,10 +190,11 @@ def _op_grads(node, g, parents):
     composite = getattr(node, "_composite", None)
     if composite is None:
         return tuple(node._grads(g, *parents))
-    wanted = [parent for parent in parents if parent.requires_grad]
+    # A node given as two inputs gets its whole gradient once, at its first position.
+    wanted = list({id(p): p for p in reversed(parents) if p.requires_grad}.values())[::-1]
     found = _graph_pass([composite(*parents)], [g], wanted) if wanted else []
     by_parent = dict(zip(map(id, wanted), found))
-    return tuple(by_parent.get(id(parent)) for parent in parents)
+    return tuple(by_parent.pop(id(parent), None) for parent in parents)
 
 
 def _add(grads, node, contribution):

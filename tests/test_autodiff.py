@@ -290,3 +290,26 @@ def test_gradgradcheck_verbose_report_and_return_value(rng, capsys):
     assert nn.gradgradcheck(lambda x: WrongSecond(x), x, raise_on_error=False) is False
     with pytest.raises(TypeError, match="gradgradcheck: input 0 has dtype float32"):
         nn.gradgradcheck(lambda x: x * x, nn.NetVar(np.ones((1, 2)), dtype=np.float32))
+
+
+def test_a_composite_op_given_one_node_as_two_inputs_counts_its_gradient_once(rng):
+    x = var(rng, 2, 3)
+    y = CubeProduct(x, x)                    # x·x·x with x read twice: dy/dx = 3x²
+    first, = nn.grad(y.sum(), [x])
+    second, = nn.grad(y.sum(), [x], create_graph=True)
+    np.testing.assert_allclose(first, 3 * x.data ** 2, rtol=1e-12)
+    np.testing.assert_allclose(second.data, first, rtol=1e-12)
+
+
+class CubeProduct(nn.NetOp):
+    """a·a·b, first order by _back, higher orders through a composite."""
+
+    def __init__(self, a, b):
+        super().__init__(a.data * a.data * b.data, a, b)
+
+    def _back(self, a, b):
+        a.accumulate(self.g * 2 * a.data * b.data)
+        b.accumulate(self.g * a.data * a.data)
+
+    def _composite(self, a, b):
+        return a * a * b

@@ -15,7 +15,8 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar, constant
-from .activation import boolean_mask, softmax
+from .activation import SoftMax, boolean_mask, softmax
+from .arithmetic import Multiply, swap_last
 
 
 def _node(op, name, value):
@@ -107,3 +108,18 @@ class Attention(NetOp):
                 dk = xp.swapaxes(ds, -1, -2) @ q._data
                 dk *= self.scale
                 k.accumulate(dk)
+
+    def _grads(self, g, q, k, v):
+        # _back's formulas on nodes, with the weights a recomputed as a node of q and k (the
+        # stored array would drop their derivatives). The node keeps no mask: the weights are
+        # exactly 0 where it masks a key, and a weight that underflowed to 0 has derivatives
+        # that underflow too, so "weight ≠ 0" is the mask.
+        a = SoftMax(Multiply(q, swap_last(k)) * self.scale, -1, self.weights != 0)
+        dv = Multiply(swap_last(a), g) if v.requires_grad else None
+        if not (q.requires_grad or k.requires_grad):
+            return None, None, dv
+        da = Multiply(g, swap_last(v))
+        ds = a * (da - (da * a).sum(-1, keepdims=True)) * self.scale
+        dq = Multiply(ds, k) if q.requires_grad else None
+        dk = Multiply(swap_last(ds), q) if k.requires_grad else None
+        return dq, dk, dv

@@ -9,6 +9,8 @@ Notation: input x (N, C, H, W), kernel w (O, C, kh, kw), bias b (O), output y
 """
 
 __all__ = ['Conv2D', 'MaxPool2D', 'AvgPool2D']
+import collections
+
 import numpy
 
 from .. import backend, checks
@@ -83,6 +85,7 @@ class Conv2D(NetOp):
     dW = G·Xᵀ,   db = Σ_{n, r, c} g,   dX = Wᵀ·G, added back window by window (col2im)
     w is (O, C, kh, kw) with O, kh, kw ≥ 1; b is (O,), (1, O) or None; stride and padding are
     an int or a (vertical, horizontal) pair.
+    Second derivatives: dx and dw are ops of their own, linear in g and in w (or x).
     """
     __slots__ = ("padding", "slices", "padded_shape", "cols")
 
@@ -134,6 +137,17 @@ class Conv2D(NetOp):
                 dx[window] += dcols[:, i, j].transpose(1, 0, 2, 3)
             x.accumulate(_crop(dx, self.padding))
 
+    def _grads(self, g, x, w, b=None):
+        # y is bilinear in (x, w): each gradient is a linear op of g and the other input, and
+        # those ops' gradients are Conv2D and each other (_ConvInput, _ConvWeight below).
+        geo = _geometry(self)
+        dx = _ConvInput(g, w, geo) if x.requires_grad else None
+        dw = _ConvWeight(x, g, w._data.shape[2:], geo) if w.requires_grad else None
+        if b is None:
+            return dx, dw
+        db = g.sum((0, 2, 3)).reshape(b.shape) if b.requires_grad else None
+        return dx, dw, db
+
 
 class _Pool(NetOp):
     """Shared by the pools: the window geometry on the input padded with ``fill``, and the
@@ -176,6 +190,7 @@ class MaxPool2D(_Pool):
          the padding
     size, stride and padding are an int or a (vertical, horizontal) pair; padding is at most
     half the window on each axis; windows that would run past the padded edge are dropped.
+    Second derivatives: dx is an op of g alone (the routing is constant), so ∂²y/∂x² = 0.
     """
     __slots__ = ("arg",)
 
@@ -189,6 +204,11 @@ class MaxPool2D(_Pool):
 
     def _back(self, x):
         self._add_back(x, (self._g * (self.arg == k) for k in range(len(self.slices))))
+
+    def _grads(self, g, x):
+        # dx is g routed by the arg-max, a constant routing (y is piecewise linear in x)
+        return (_WindowSpread(g, _geometry(self),
+                              [self.arg == k for k in range(len(self.slices))]),)
 
 
 class AvgPool2D(_Pool):
@@ -230,3 +250,154 @@ class AvgPool2D(_Pool):
     def _back(self, x):
         share = self._g / self.divisor
         self._add_back(x, (share for _ in self.slices))
+
+    def _grads(self, g, x):
+        return (_WindowSpread(g, _geometry(self), [1 / self.divisor] * len(self.slices)),)
+
+
+# ----------------------------------------------------------------------------- second order
+# The backward passes as ops, for grad(create_graph=True). Each is linear in each of its
+# inputs, and the gradients of each are again these ops (or Conv2D), so every order works.
+# ``geo`` is the forward op's window geometry, which they share.
+
+_Geometry = collections.namedtuple("_Geometry", "padding slices padded_shape stride out")
+
+
+def _geometry(op):
+    """The window geometry of a Conv2D or pool node (not the node itself: its buffers stay
+    free), with the stride and (H', W') read off the slice of kernel offset (0, 0)."""
+    _, _, (_, rows, cols) = op.slices[0]
+    stride = rows.step, cols.step
+    out = tuple((s.stop - s.start - 1) // s.step + 1 for s in (rows, cols))
+    return _Geometry(op.padding, op.slices, op.padded_shape, stride, out)
+
+
+def _columns(xd, kernel, geo):
+    """im2col of x padded as geo's input: (C·kh·kw, N·H'·W'), as Conv2D builds it."""
+    xd = _pad(xd, geo.padding)
+    N, C = xd.shape[:2]
+    Ho, Wo = geo.out
+    cols = backend.array_module(xd).empty((C,) + tuple(kernel) + (N, Ho, Wo), dtype=xd.dtype)
+    for i, j, window in geo.slices:
+        cols[:, i, j] = xd[window].transpose(1, 0, 2, 3)
+    return cols.reshape(-1, N * Ho * Wo)
+
+
+def _conv(xd, wd, geo):
+    """Conv2D's value without a bias."""
+    O, N = wd.shape[0], xd.shape[0]
+    y = wd.reshape(O, -1) @ _columns(xd, wd.shape[2:], geo)
+    Ho, Wo = geo.out
+    return backend.array_module(y).ascontiguousarray(
+        y.reshape(O, N, Ho, Wo).transpose(1, 0, 2, 3))
+
+
+def _conv_input(gd, wd, geo):
+    """Conv2D's input gradient: Wᵀ·G added back window by window (col2im), cropped."""
+    O = wd.shape[0]
+    N, C = geo.padded_shape[:2]
+    dcols = (wd.reshape(O, -1).T @ gd.transpose(1, 0, 2, 3).reshape(O, -1)).reshape(
+        (C,) + wd.shape[2:] + (N,) + gd.shape[2:])
+    dx = backend.array_module(gd).zeros(geo.padded_shape, dtype=gd.dtype)
+    for i, j, window in geo.slices:
+        dx[window] += dcols[:, i, j].transpose(1, 0, 2, 3)
+    return _crop(dx, geo.padding)
+
+
+def _conv_weight(xd, gd, kernel, geo):
+    """Conv2D's kernel gradient: G·Xᵀ, X the columns of x."""
+    O = gd.shape[1]
+    dw = gd.transpose(1, 0, 2, 3).reshape(O, -1) @ _columns(xd, kernel, geo).T
+    return dw.reshape((O, xd.shape[1]) + tuple(kernel))
+
+
+class _ConvInput(NetOp):
+    """Conv2D's input gradient dx as an op of (g, w). As ⟨u, dx⟩ = ⟨g, conv(u, w)⟩, an
+    upstream gradient u gives g conv(u, w) and w the kernel gradient of conv(u, ·) at g."""
+    __slots__ = ("geo",)
+
+    def __init__(self, g, w, geo):
+        self.geo = geo
+        super().__init__(_conv_input(g._data, w._data, geo), g, w)
+
+    def _back(self, g, w):
+        if g.requires_grad:
+            g.accumulate(_conv(self._g, w._data, self.geo))
+        if w.requires_grad:
+            w.accumulate(_conv_weight(self._g, g._data, w._data.shape[2:], self.geo))
+
+    def _grads(self, u, g, w):
+        dg = Conv2D(u, w, stride=self.geo.stride, padding=self.geo.padding) \
+            if g.requires_grad else None
+        dw = _ConvWeight(u, g, w._data.shape[2:], self.geo) if w.requires_grad else None
+        return dg, dw
+
+
+class _ConvWeight(NetOp):
+    """Conv2D's kernel gradient dw as an op of (x, g). As ⟨u, dw⟩ = ⟨g, conv(x, u)⟩, an
+    upstream gradient u gives x the input gradient of conv(·, u) at g and g conv(x, u)."""
+    __slots__ = ("geo",)
+
+    def __init__(self, x, g, kernel, geo):
+        self.geo = geo
+        super().__init__(_conv_weight(x._data, g._data, kernel, geo), x, g)
+
+    def _back(self, x, g):
+        if x.requires_grad:
+            x.accumulate(_conv_input(g._data, self._g, self.geo))
+        if g.requires_grad:
+            g.accumulate(_conv(x._data, self._g, self.geo))
+
+    def _grads(self, u, x, g):
+        dx = _ConvInput(g, u, self.geo) if x.requires_grad else None
+        dg = Conv2D(x, u, stride=self.geo.stride, padding=self.geo.padding) \
+            if g.requires_grad else None
+        return dx, dg
+
+
+def _window_sum(xd, geo, weights):
+    """Σ_k weights[k] · x̃[window k], x̃ = x padded with zeros: a pool's y for constant weights
+    (1/d for the average, the arg-max indicator for the maximum)."""
+    xd = _pad(xd, geo.padding)
+    y = None
+    for (_, _, window), weight in zip(geo.slices, weights):
+        y = weight * xd[window] if y is None else y + weight * xd[window]
+    return y
+
+
+def _spread(gd, geo, weights):
+    """The adjoint of ``_window_sum``: weights[k] · g added to window k, cropped to x."""
+    dx = backend.array_module(gd).zeros(geo.padded_shape, dtype=gd.dtype)
+    for (_, _, window), weight in zip(geo.slices, weights):
+        dx[window] += weight * gd
+    return _crop(dx, geo.padding)
+
+
+class _WindowSpread(NetOp):
+    """A pool's input gradient as an op of g (``_spread``); its gradient is ``_WindowSum``."""
+    __slots__ = ("geo", "weights")
+
+    def __init__(self, g, geo, weights):
+        self.geo, self.weights = geo, weights
+        super().__init__(_spread(g._data, geo, weights), g)
+
+    def _back(self, g):
+        g.accumulate(_window_sum(self._g, self.geo, self.weights))
+
+    def _grads(self, u, g):
+        return (_WindowSum(u, self.geo, self.weights),)
+
+
+class _WindowSum(NetOp):
+    """``_window_sum`` as an op; its gradient is ``_WindowSpread``."""
+    __slots__ = ("geo", "weights")
+
+    def __init__(self, x, geo, weights):
+        self.geo, self.weights = geo, weights
+        super().__init__(_window_sum(x._data, geo, weights), x)
+
+    def _back(self, x):
+        x.accumulate(_spread(self._g, self.geo, self.weights))
+
+    def _grads(self, u, x):
+        return (_WindowSpread(u, self.geo, self.weights),)

@@ -193,3 +193,24 @@ class Einsum(NetOp):
             if dx.shape != shape:             # copied along them, summed where x was broadcast
                 dx = xp.broadcast_to(dx, numpy.broadcast_shapes(dx.shape, shape))
             x.accumulate(dx)
+
+    def _grads(self, g, *operands):
+        # The same einsums as _back, each built as an Einsum node: every gradient is again
+        # differentiable (with respect to g and to the other operands).
+        grads = []
+        for k, x in enumerate(operands):
+            if not x.requires_grad:
+                grads.append(None)
+                continue
+            shape = x._data.shape
+            subscripts, eyes, renamed, kept = self.parsed.gradient(k, shape)
+            xp = backend.array_module(x._data)
+            others = [y for j, y in enumerate(operands) if j != k]
+            dx = Einsum(subscripts, g, *others, *(xp.eye(n, dtype=g._data.dtype) for n in eyes))
+            if len(kept) < len(renamed):      # axes only x has: length 1 here, copied below
+                dx = dx.reshape(tuple(dx.shape[kept.index(c)] if c in kept else 1
+                                      for c in renamed))
+            if dx.shape != shape:             # copied along them (grad sums broadcast axes back)
+                dx = dx.broadcast_to(numpy.broadcast_shapes(dx.shape, shape))
+            grads.append(dx)
+        return tuple(grads)

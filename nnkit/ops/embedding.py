@@ -20,7 +20,8 @@ class Embedding(NetOp):
     would read them back to the host at every call), so check them where they are made.
     padding_idx: None, or the row (an integer in [−V, V), negative counting from the end, as
     PyTorch's ``embedding``) whose lookups read the row as it is but never train it: its dtable
-    row stays 0. ``self.padding_idx`` holds it in [0, V).
+    row stays 0 (to every order of ``grad(create_graph=True)``). ``self.padding_idx`` holds it
+    in [0, V).
     """
     __slots__ = ("padding_idx", "idx")
 
@@ -51,6 +52,39 @@ class Embedding(NetOp):
         if self.padding_idx is not None:
             dtable[self.padding_idx] = 0
         table.accumulate(dtable)
+
+    def _grads(self, g, table):
+        return (_RowsAdded(g, self.idx, table._data.shape, self.padding_idx),)
+
+
+class _RowsAdded(NetOp):
+    """An Embedding's table gradient as an op of its upstream gradient g, for
+    ``grad(create_graph=True)``: the rows of g added into a zero (V, D) table at their indices,
+    the padding row left 0. It is linear in g and its own gradient is the lookup again (0 where
+    the index is the padding row), so the table's gradient is differentiable to any order.
+    """
+    __slots__ = ("idx", "padding_idx")
+
+    def __init__(self, g, idx, shape, padding_idx):
+        self.idx, self.padding_idx = idx, padding_idx
+        xp = backend.array_module(g._data)
+        dtable = xp.zeros(shape, dtype=g._data.dtype)
+        scatter_add(dtable, idx.reshape(-1), g._data.reshape(-1, shape[1]))
+        if padding_idx is not None:
+            dtable[padding_idx] = 0
+        super().__init__(dtable, g)
+
+    def _back(self, g):
+        picked = self._g[self.idx]
+        if self.padding_idx is not None:
+            picked = picked * (self.idx != self.padding_idx)[..., None]
+        g.accumulate(picked)
+
+    def _grads(self, up, g):
+        picked = Embedding(self.idx, up)
+        if self.padding_idx is not None:       # a padding row's g never reached the table
+            picked = picked * (self.idx != self.padding_idx)[..., None].astype(up._data.dtype)
+        return (picked,)
 
 
 def _padding_row(padding_idx, V):

@@ -73,7 +73,7 @@ class _Normalization(NetOp):
     broadcast along, ``pshape`` the shape γ and β take to broadcast against x.
     """
     __slots__ = ("xhat", "inv", "batch_stats", "has_gamma", "has_beta", "param_axes",
-                 "pshape")
+                 "pshape", "eps")
 
     def _check_parameters(self, x, gamma, beta):
         """Refuse a gamma or beta that is not a NetVar (or None) with one value per feature."""
@@ -115,6 +115,23 @@ class _Normalization(NetOp):
         if beta is not None and beta.requires_grad:
             beta.accumulate(self._g.sum(axis=self.param_axes).reshape(beta._data.shape))
 
+    def _composite(self, x, *params):
+        # The value again from ops on nodes. With batch statistics, μ and σ² are functions of x
+        # (their derivatives are the second-order terms); with running ones, constants.
+        gamma = params[0] if self.has_gamma else None
+        beta = params[-1] if self.has_beta else None
+        if self.batch_stats:
+            centred = x - x.mean(self.stat_axes, keepdims=True)
+            var = (centred * centred).mean(self.stat_axes, keepdims=True)
+            y = centred * (var + self.eps) ** -0.5
+        else:
+            y = (x - self.running_mean) * self.inv
+        if gamma is not None:
+            y = y * gamma.reshape(self.pshape)
+        if beta is not None:
+            y = y + beta.reshape(self.pshape)
+        return y
+
 
 def _standardize(xd, axes, eps):
     """(x̂, 1/σ, mean, biased variance) over ``axes``, all with the reduced axes kept."""
@@ -139,9 +156,9 @@ class BatchNorm(_Normalization):
     Training needs more than one value per feature. Every argument (and the state's momentum,
     eps and running arrays) is checked before the running statistics change, and they change
     only once the output exists: a refused call, detect_anomaly()'s included, leaves them as
-    they were.
+    they were. Second derivatives rebuild y from ops, without updating the state again.
     """
-    __slots__ = ("stat_axes",)
+    __slots__ = ("stat_axes", "running_mean")
     feature_axis = 1
 
     def __init__(self, x, gamma, beta, state):
@@ -168,12 +185,14 @@ class BatchNorm(_Normalization):
                              f"x has shape {tuple(x.shape)} (use eval_mode() for one sample)")
         self.stat_axes = self.param_axes = (0,) + tuple(range(2, xd.ndim))
         self.pshape = (1, F) + (1,) * (xd.ndim - 2)
+        self.eps = state.eps
         if training:
             xhat, inv, mean, var = _standardize(xd, self.stat_axes, state.eps)
         else:
             xp = backend.array_module(xd)
             mean, var = state.statistics(xd)
             inv = 1 / xp.sqrt(var.reshape(self.pshape) + state.eps)
+            self.running_mean = mean.reshape(self.pshape)       # for _composite
             xhat = (xd - mean.reshape(self.pshape)) * inv
         self._affine(x, xhat, inv, gamma, beta, training)
         if training:
@@ -202,5 +221,6 @@ class LayerNorm(_Normalization):
         self._check_parameters(x, gamma, beta)
         self.param_axes = tuple(range(xd.ndim - 1))
         self.pshape = (xd.shape[-1],)
+        self.eps = eps
         xhat, inv, _, _ = _standardize(xd, self.stat_axes, eps)
         self._affine(x, xhat, inv, gamma, beta, True)
