@@ -3,14 +3,18 @@
 A cell takes the step's input x (B, F) and the previous state(s) (B, H) with the fused op's
 weights W (F, k·H), R (H, k·H) and b, and returns the new state(s) as ordinary nodes, so a
 Python loop of cells is an unrolled recurrent layer (any control flow, any length, and the
-same values and gradients as the fused op).
+same values and gradients as the fused op). Such a loop is also how the fused ops are
+differentiated twice (``_unrolled``, at the end).
 """
 
 __all__ = ['RNNCell', 'LSTMCell', 'GRUCell']
+import numpy
+
 from .activation import ReLU, Sigmoid, Tanh
 from .arithmetic import Add, Mul, Multiply, Sub
-from .indexing import Split
-from .recurrent import _check_state, _check_weights
+from .indexing import Split, Stack
+from .math import Where
+from .recurrent import GRU, LSTM, _Recurrent, _check_state, _check_weights
 
 
 def _check_cell(op, k, x, h, W, R, b, c=None, two_biases=False):
@@ -77,3 +81,43 @@ def GRUCell(x, h, W, R, b):
     r, z = Sigmoid(Add(a_r, u_r)), Sigmoid(Add(a_z, u_z))
     n = Tanh(Add(a_n, Mul(r, u_n)))
     return Add(n, Mul(z, Sub(h, n)))
+
+
+# ----------------------------------------------------------------------------- unrolled ops
+
+def _unrolled(op, x, W, R, b, h0, c0=None):
+    """The fused ``op`` (RNN, LSTM or GRU) rebuilt from its inputs as a loop of its cells:
+    (outputs (T, B, H), final h, final c (None but for the LSTM)), the op's values.
+
+    The fused ops' second derivatives go through it (their ``_composite``). As in the fused op,
+    a sequence past its length keeps its state and outputs zeros: the cells run on every row and
+    a constant mask keeps the new state of the running rows only. Padded inputs are zeroed
+    first, so garbage there (NaN included) reaches no gradient, as in the fused op.
+    """
+    T = x.shape[0]
+    lengths = op._sequence_lengths()
+    if not op.dense:
+        x = Where((numpy.arange(T)[:, None] < lengths)[:, :, None], x, 0.0)
+    h, c = h0, c0
+    outputs = []
+    for t in range(T):
+        if isinstance(op, LSTM):
+            new_h, new_c = LSTMCell(x[t], h, c, W, R, b)
+        elif isinstance(op, GRU):
+            new_h, new_c = GRUCell(x[t], h, W, R, b), None
+        else:
+            new_h, new_c = RNNCell(x[t], h, W, R, b, op.activation), None
+        if op.dense:
+            h, c = new_h, new_c
+            outputs.append(h)
+            continue
+        running = (t < lengths)[:, None]
+        h = Where(running, new_h, h)
+        c = None if c is None else Where(running, new_c, c)
+        outputs.append(Where(running, new_h, 0.0))
+    return Stack(outputs), h, c
+
+
+# ops.recurrent sits below the cells and Stack, so the loop is attached here (as ops.surface
+# attaches NetVar's methods).
+_Recurrent._unrolled = _unrolled

@@ -15,7 +15,9 @@ the (B, H) state of each sequence at its own last step, a node usable downstream
 add nothing to any gradient.
 
 The per-step cells with the same weights (``RNNCell``, ``LSTMCell``, ``GRUCell``) are in
-``cells``: an unrolled loop of cells gives the fused op's values and gradients.
+``cells``: an unrolled loop of cells gives the fused op's values and gradients. Second
+derivatives (``grad(create_graph=True)``) go through such a loop: ``cells``, which sits above
+this module, attaches it to the fused ops as ``_unrolled`` (see ``_composite``).
 """
 
 __all__ = ['RNN', 'LSTM', 'GRU', 'RecurrentState']
@@ -270,6 +272,21 @@ class _Recurrent(NetOp):
             self._no_gradient = xp.broadcast_to(xp.zeros((), self._data.dtype), self._data.shape)
             self.accumulate(self._no_gradient)
 
+    def _sequence_lengths(self):
+        """Each sequence's length (host int64 (B,)), read back from the sorted layout: sorted
+        row j runs at step t while j < sizes[t]."""
+        B = self.shape3[1]
+        sorted_lengths = (numpy.asarray(self.sizes)[:, None] > numpy.arange(B)).sum(axis=0)
+        lengths = numpy.empty(B, dtype=numpy.int64)
+        lengths[backend.to_cpu(self.order)] = sorted_lengths
+        return lengths
+
+    # -- second derivatives
+    def _composite(self, x, W, R, b, *initial):
+        """The outputs rebuilt as a loop of this op's cells (``cells._unrolled``): the same
+        values, built from ops that can be differentiated again."""
+        return self._unrolled(x, W, R, b, *initial)[0]
+
     # -- backpropagation through time
     def _back(self, x, W, R, b, *initial):
         xp = backend.array_module(self._data)
@@ -318,6 +335,9 @@ class RecurrentState(NetOp):
     y = h_{L_b − 1}[b]  (or c for an LSTM's ``final_c``), shape (B, H)
     d(op) = g, added to that step's state gradient inside the op's BPTT
     Get it as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
+    h is the op's output at each sequence's last step, so ``final``'s one parent is the op. c is
+    not among the outputs: ``final_c``'s parents are the op and the op's inputs, so that its
+    second derivatives reach them (through the LSTM's cells, ``_composite``).
     """
     __slots__ = ("which",)
 
@@ -332,10 +352,19 @@ class RecurrentState(NetOp):
             raise ValueError(f"RecurrentState: {type(op).__name__} has {op.states} final "
                              f"state(s), no state {which!r}")
         self.which = which
-        super().__init__((op.Cp if which else op.Hp)[op.final_position], op)
+        if which:
+            super().__init__(op.Cp[op.final_position], op, *op._parents)
+        else:
+            super().__init__(op.Hp[op.final_position], op)
 
-    def _back(self, op):
-        op._add_final_gradient(self.which, self._g)
+    def _back(self, op, *inputs):
+        op._add_final_gradient(self.which, self._g)     # the inputs' share comes from the op
+
+    def _composite(self, op, *inputs):
+        if self.which:                  # c, rebuilt from the op's inputs
+            return op._unrolled(*inputs)[2]
+        last = op._sequence_lengths() - 1       # h, picked from the op's outputs
+        return op[last, numpy.arange(len(last))]
 
 
 class RNN(_Recurrent):
