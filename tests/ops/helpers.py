@@ -39,3 +39,30 @@ def assert_honours_the_upstream_gradient(make, node):
     node.reset()
     (make() * 3.0).back()
     np.testing.assert_allclose(node.g, 3 * once)
+
+
+def hessian_vector_products(ours, theirs, arrays, directions):
+    """H·v for each input, of the scalar ``ours(*nodes)`` (through ``nn.grad(create_graph=True)``)
+    and of ``theirs(*tensors)`` summed (through PyTorch's double backward), as (nnkit's list,
+    PyTorch's list) of NumPy arrays, for float64 ``arrays`` and one direction v per array."""
+    import torch
+    nodes = [nn.NetVar(a) for a in arrays]
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+    first = nn.grad(ours(*nodes), nodes, create_graph=True)
+    inner = sum((g * v).sum() for g, v in zip(first, directions))
+    mine = nn.grad(inner, nodes)
+    reference = torch.autograd.grad(theirs(*tensors).sum(), tensors, create_graph=True)
+    inner = sum((g * torch.tensor(v)).sum() for g, v in zip(reference, directions))
+    expected = torch.autograd.grad(inner, tensors, allow_unused=True)
+    expected = [np.zeros_like(a) if e is None else e.numpy() for a, e in zip(arrays, expected)]
+    return mine, expected
+
+
+def assert_same_hvp(ours, theirs, arrays, rng):
+    """nnkit's and PyTorch's H·v agree for random directions, to 1e-9 (1-D inputs are (1, n)
+    rows in nnkit); every input's H·v must be non-zero, a term a bug would change."""
+    directions = [rng.standard_normal(np.shape(a)) for a in arrays]
+    mine, expected = hessian_vector_products(ours, theirs, arrays, directions)
+    for m, e in zip(mine, expected):
+        assert np.abs(e).max() > 1e-3
+        np.testing.assert_allclose(m.reshape(e.shape), e, rtol=1e-9, atol=1e-12)

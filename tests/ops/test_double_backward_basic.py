@@ -9,31 +9,9 @@ import numpy as np
 import pytest
 
 import nnkit as nn
+from tests.ops.helpers import assert_same_hvp
 
 torch = pytest.importorskip("torch")
-
-
-def hessian_vector_products(ours, theirs, arrays, directions):
-    """H·v for each input, of the scalar ``ours(*nodes)`` and of ``theirs(*tensors)``, as
-    (nnkit's list, PyTorch's list) of NumPy arrays."""
-    nodes = [nn.NetVar(a) for a in arrays]
-    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
-    first = nn.grad(ours(*nodes), nodes, create_graph=True)
-    inner = sum((g * v).sum() for g, v in zip(first, directions))
-    mine = nn.grad(inner, nodes)
-    reference = torch.autograd.grad(theirs(*tensors), tensors, create_graph=True)
-    inner = sum((g * torch.tensor(v)).sum() for g, v in zip(reference, directions))
-    expected = torch.autograd.grad(inner, tensors, allow_unused=True)
-    expected = [np.zeros_like(a) if e is None else e.numpy() for a, e in zip(arrays, expected)]
-    return mine, expected
-
-
-def assert_same_hvp(ours, theirs, arrays, rng):
-    directions = [rng.standard_normal(a.shape) for a in arrays]
-    mine, expected = hessian_vector_products(ours, theirs, arrays, directions)
-    for m, e in zip(mine, expected):
-        assert np.abs(e).max() > 1e-3          # a second-order term that a bug would change
-        np.testing.assert_allclose(m, e, rtol=1e-9, atol=1e-12)
 
 
 ROWS = [0, 2, 2, 1, 2]      # repeated indices: row 2 is read three times

@@ -11,6 +11,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.test_recurrent import fused, params as recurrent_params
 
 torch = pytest.importorskip("torch")
 
@@ -20,19 +21,7 @@ KINDS = ["rnn-tanh", "rnn-relu", "rnn-sigmoid", "rnn-linear", "lstm", "gru"]
 
 
 def params(rng, kind):
-    k = {"lstm": 4, "gru": 3}.get(kind, 1)
-    W, R = var64(rng, F, k * H, name="W"), var64(rng, H, k * H, name="R")
-    R.data *= 0.5
-    b = var64(rng, 2, 3 * H, name="b") if kind == "gru" else var64(rng, k * H, name="b")
-    return W, R, b
-
-
-def fused(kind, x, W, R, b, h0=None, c0=None, lengths=None):
-    if kind == "lstm":
-        return nn.LSTM(x, W, R, b, h0=h0, c0=c0, lengths=lengths)
-    if kind == "gru":
-        return nn.GRU(x, W, R, b, h0=h0, lengths=lengths)
-    return nn.RNN(x, W, R, b, h0=h0, lengths=lengths, activation=kind.split("-")[1])
+    return recurrent_params(rng, kind, F=F, H=H)
 
 
 # ----------------------------------------------------------------------------- values
