@@ -297,6 +297,9 @@ class NetOp(NetVar):
       parent that needs no gradient; ``parent.accumulate_same_shape(g)`` skips the shape and
       dtype tests for a ``g`` that has them by construction (one-input elementwise ops);
       ``parent.g += ...`` works too, as the article writes it;
+    - ``_grads(self, g, *parents)`` (or ``_composite(self, *parents)``) is the same backward
+      rule written with ops on nodes, which ``nnkit.grad(..., create_graph=True)`` uses for
+      gradients of gradients; an op without either refuses only that;
     - the docstring states the forward and backward formulas (x, w, b inputs; y output;
       g upstream gradient; B rows).
 
