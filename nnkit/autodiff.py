@@ -14,10 +14,8 @@ An op supports ``create_graph=True`` in one of two ways (docs/contributing.md):
 - ``_composite(self, *parents)`` rebuilds the op's value from ops that have ``_grads`` (a fused
   op, a loss); its gradients are then those of that composite.
 """
-from numbers import Real
-
 from . import backend
-from .core import NetVar, _propagate, _reverse_topological, _check_versions, constant
+from .core import NetVar, _check_versions, _creation_index, _propagate, constant
 from .gradients import _gradient_from_user, _owned_copy
 from .modes import enable_grad
 from .ops.reduce import Sum
@@ -82,8 +80,9 @@ def _seeds(outputs, g, single, create_graph):
     elif single:
         given = [g]
     elif not isinstance(g, (list, tuple)) or len(g) != len(outputs):
+        got = f"{len(g)}" if isinstance(g, (list, tuple)) else f"a {type(g).__name__}"
         raise ValueError(f"grad(): g must be a list of {len(outputs)} seeds, one per output, got "
-                         f"{g if not isinstance(g, (list, tuple)) else f'{len(g)} seeds'!r}")
+                         f"{got}")
     else:
         given = list(g)
     seeds = []
@@ -97,11 +96,7 @@ def _seeds(outputs, g, single, create_graph):
                                  f"{tuple(y.shape)}, got {tuple(seed.shape)}")
             seeds.append(seed)
             continue
-        elif not isinstance(seed, Real) and not hasattr(seed, "shape") and \
-                not isinstance(seed, (list, tuple, NetVar)):
-            raise TypeError(f"{where}: give a number, an array or a node, not "
-                            f"{type(seed).__name__}")
-        else:
+        else:                     # checked as back() checks its seed
             seed = _gradient_from_user(seed, y, where)
         seeds.append(constant(seed) if create_graph else seed)
     return seeds
@@ -112,7 +107,7 @@ def _zeros(x):
 
 
 def _reachable(outputs):
-    """Every node the outputs depend on that requires a gradient (leaves included)."""
+    """The outputs and every node they depend on that requires a gradient (leaves included)."""
     stack = [y for y in outputs]
     seen = set(stack)
     while stack:
@@ -130,7 +125,7 @@ def _array_pass(outputs, seeds, inputs):
     try:
         for node in nodes:
             node._g = None
-        order = _reverse_topological(outputs)
+        order = sorted((node for node in nodes if node._parents), key=_creation_index, reverse=True)
         for y, seed in zip(outputs, seeds):
             y.accumulate(seed)
         _propagate(order)
@@ -155,18 +150,18 @@ def _graph_pass(outputs, seeds, inputs):
     Children before parents, as in ``back()``: each op whose gradient is known hands its
     parents theirs through ``_grads`` (or its composite), built with grad mode on.
     """
-    nodes = _reachable(outputs) | set(outputs)
+    nodes = _reachable(outputs)
     wanted = set(inputs)
     # The nodes on a path to an input: an input, or a node with such a parent.
     relevant = set()
-    for node in sorted(nodes, key=_index):
+    for node in sorted(nodes, key=_creation_index):
         if node in wanted or any(parent in relevant for parent in node._parents):
             relevant.add(node)
     grads = {}
     with enable_grad():
         for y, seed in zip(outputs, seeds):
             _add(grads, y, seed)
-        for node in sorted(relevant, key=_index, reverse=True):
+        for node in sorted(relevant, key=_creation_index, reverse=True):
             g = grads.get(node)
             if g is None or not node._parents:
                 continue
@@ -182,16 +177,12 @@ def _graph_pass(outputs, seeds, inputs):
     return [grads.get(x) for x in inputs]
 
 
-def _index(node):
-    return node._index
-
-
 def _op_grads(node, g, parents):
     composite = getattr(node, "_composite", None)
     if composite is None:
         return tuple(node._grads(g, *parents))
     # A node given as two inputs gets its whole gradient once, at its first position.
-    wanted = list({id(p): p for p in reversed(parents) if p.requires_grad}.values())[::-1]
+    wanted = list({id(parent): parent for parent in parents if parent.requires_grad}.values())
     found = _graph_pass([composite(*parents)], [g], wanted) if wanted else []
     by_parent = dict(zip(map(id, wanted), found))
     return tuple(by_parent.pop(id(parent), None) for parent in parents)

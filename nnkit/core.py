@@ -258,7 +258,7 @@ class NetVar(ArrayLike):
             seed = backend.array_module(self._data).ones_like(self._data)
         else:
             seed = _gradient_from_user(g, self, f"back(): the seed gradient of {self._describe()}")
-        nodes = _reverse_topological((self,))
+        nodes = _reverse_topological(self)
         self.accumulate(seed)      # kept as shared when stored: the caller's array is never edited
         return _propagate(nodes, trace)
 
@@ -396,8 +396,8 @@ def _as_op_array(data):
 # ----------------------------------------------------------------------------- engine internals
 
 def _propagate(nodes, trace=False):
-    """Call ``_back`` on each of ``nodes`` (children before parents) whose gradient some consumer
-    or seed has given; the loop of ``back()``, shared with ``nnkit.grad``."""
+    """Call ``_back`` on each of ``nodes`` (op nodes, children before parents) whose gradient a
+    consumer or a seed has given: the loop of ``back()``, shared with ``nnkit.grad``."""
     observers = _observers
     if trace:
         recorder = _recorder()
@@ -425,18 +425,16 @@ def _propagate(nodes, trace=False):
     return recorder.trace() if trace else None
 
 
-def _reverse_topological(roots):
-    """The op nodes reachable from ``roots`` (themselves included), children before parents.
+def _reverse_topological(root):
+    """The op nodes reachable from ``root`` (itself included), children before parents.
 
     Each node's gradient is forgotten as it is collected (back() recomputes op-node
     gradients), which saves a second pass over the graph.
     """
-    stack = []
-    seen = set()
-    for root in roots:
-        if root._parents and root not in seen:
-            seen.add(root)
-            stack.append(root)
+    if not root._parents:
+        return []
+    seen = {root}
+    stack = [root]
     nodes = []
     visit, push, collect = seen.add, stack.append, nodes.append   # bound once: a hot loop
     while stack:

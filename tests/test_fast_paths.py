@@ -140,7 +140,7 @@ def test_operator_built_nodes_count_as_ops_for_graph_collection():
     h = x
     for _ in range(50):
         h = h * x + x
-    nodes = core._reverse_topological((h,))
+    nodes = core._reverse_topological(h)
     assert len(nodes) == 100
     assert [n.index for n in nodes] == sorted((n.index for n in nodes), reverse=True)
 
