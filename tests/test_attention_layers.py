@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
+from tests.test_layers import assert_same_as_pytorch, tensor
 
 L = nn.layers
 RTOL, ATOL = 1e-10, 1e-12
@@ -56,21 +57,6 @@ def masks(torch, lengths, Tq, Tk, causal):
     return padding, future
 
 
-def assert_same(torch, ours, theirs, pairs, rng):
-    """Values agree; one random seed gradient goes back through both; each pair agrees."""
-    np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=RTOL, atol=ATOL)
-    seed = rng.standard_normal(ours.shape)
-    ours.back(seed)
-    theirs.backward(torch.tensor(seed))
-    for node, gradient in pairs:
-        np.testing.assert_allclose(node.g, np.reshape(gradient(), node.g.shape),
-                                   rtol=RTOL, atol=ATOL)
-
-
-def tensor(torch, array):
-    return torch.tensor(np.asarray(array), requires_grad=True)
-
-
 # ----------------------------------------------------------------------------- PyTorch parity
 
 @pytest.mark.parametrize("lengths", [None, [6, 2, 4]])
@@ -88,7 +74,7 @@ def test_self_attention_matches_pytorch(torch, rng, float64, lengths, causal, bi
     theirs, _ = ref(xt, xt, xt, key_padding_mask=padding, attn_mask=future, need_weights=False)
     ours = layer(xv, lengths=lengths, causal=causal)
     assert ours.shape == (T, B, D)
-    assert_same(torch, ours, theirs, [(xv, lambda: xt.grad.numpy())] + mha_gradients(layer, ref),
+    assert_same_as_pytorch(torch, ours, theirs, [(xv, lambda: xt.grad.numpy())] + mha_gradients(layer, ref),
                 rng)
 
 
@@ -107,7 +93,7 @@ def test_cross_attention_matches_pytorch(torch, rng, float64, key_lengths, causa
     ours = layer(*nodes, key_lengths=key_lengths, causal=causal)
     assert ours.shape == (Tq, B, D)
     pairs = [(n, lambda t=t: t.grad.numpy()) for n, t in zip(nodes, tensors)]
-    assert_same(torch, ours, theirs, pairs + mha_gradients(layer, ref), rng)
+    assert_same_as_pytorch(torch, ours, theirs, pairs + mha_gradients(layer, ref), rng)
 
 
 def test_transformer_layer_matches_pytorch(torch, rng, float64):
@@ -145,7 +131,7 @@ def test_transformer_layer_matches_pytorch(torch, rng, float64):
               (layer.norm1.beta, lambda: ref.norm1.bias.grad.numpy()),
               (layer.norm2.gamma, lambda: ref.norm2.weight.grad.numpy()),
               (layer.norm2.beta, lambda: ref.norm2.bias.grad.numpy())]
-    assert_same(torch, layer(xv, lengths), theirs, pairs, rng)
+    assert_same_as_pytorch(torch, layer(xv, lengths), theirs, pairs, rng)
     assert len(pairs) == 1 + len(layer.vars)
 
 

@@ -9,6 +9,7 @@ from ..core import NetOp, NetVar
 from ..dtypes import get_dtype
 from ..init import glorot_uniform
 from ..module import Module
+from ..ops.embedding import padding_row
 from .common import _check_features, _node, _pair, _row
 
 
@@ -161,13 +162,7 @@ class Embedding(Module):
         V = checks.count("layers.Embedding", "V", V, 1)
         D = checks.count("layers.Embedding", "D", D, 1)
         if padding_idx is not None:
-            if not checks.is_integer(padding_idx):
-                raise TypeError(f"layers.Embedding: padding_idx must be None or an integer in "
-                                f"[{-V}, {V}) for a table of {V} rows, got {padding_idx!r}")
-            if not -V <= padding_idx < V:
-                raise ValueError(f"layers.Embedding: padding_idx {padding_idx} is out of range "
-                                 f"[{-V}, {V}) for a table of {V} rows")
-            padding_idx = int(padding_idx) % V
+            padding_idx = padding_row(padding_idx, V, "layers.Embedding")
         generator = backend.as_generator(seed, "layers.Embedding")
         self.V, self.D, self.padding_idx = V, D, padding_idx
         table = generator.standard_normal((V, D)).astype(get_dtype())

@@ -30,7 +30,7 @@ class Embedding(NetOp):
         if td.ndim != 2:
             raise ValueError(f"Embedding: table must be (V, D), got shape {tuple(td.shape)}")
         V = td.shape[0]
-        self.padding_idx = None if padding_idx is None else _padding_row(padding_idx, V)
+        self.padding_idx = None if padding_idx is None else padding_row(padding_idx, V)
         idx = indices._data if isinstance(indices, NetVar) else indices
         if not hasattr(idx, "__cuda_array_interface__"):
             idx = numpy.asarray(idx)
@@ -87,12 +87,13 @@ class _RowsAdded(NetOp):
         return (picked,)
 
 
-def _padding_row(padding_idx, V):
-    """padding_idx checked against a table of V rows and brought into [0, V)."""
+def padding_row(padding_idx, V, where="Embedding"):
+    """padding_idx checked against a table of V rows and brought into [0, V); errors start with
+    ``where`` (the op, or the layer that owns one)."""
     if not checks.is_integer(padding_idx):
-        raise TypeError(f"Embedding: padding_idx must be an integer in [{-V}, {V}) for a table "
-                        f"of {V} rows, got {padding_idx!r}")
+        raise TypeError(f"{where}: padding_idx must be None or an integer in [{-V}, {V}) for a "
+                        f"table of {V} rows, got {padding_idx!r}")
     if not -V <= padding_idx < V:
-        raise ValueError(f"Embedding: padding_idx {padding_idx} is out of range [{-V}, {V}) for "
+        raise ValueError(f"{where}: padding_idx {padding_idx} is out of range [{-V}, {V}) for "
                          f"a table of {V} rows")
     return int(padding_idx) % V

@@ -104,8 +104,8 @@ def test_embedding_padding_idx_errors(rng):
     with pytest.raises(ValueError, match=r"Embedding: padding_idx -6 is out of range \[-5, 5\)"):
         nn.Embedding(indices, table, padding_idx=-6)
     for bad in (1.0, True, "0", np.array([1])):
-        with pytest.raises(TypeError, match=r"Embedding: padding_idx must be an integer in "
-                                            r"\[-5, 5\) for a table of 5 rows, got"):
+        with pytest.raises(TypeError, match=r"Embedding: padding_idx must be None or an "
+                                            r"integer in \[-5, 5\) for a table of 5 rows, got"):
             nn.Embedding(indices, table, padding_idx=bad)
 
 
