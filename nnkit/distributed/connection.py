@@ -7,6 +7,7 @@ module (``connection._MPI``, ``_communicator()``), so that setting it here reach
 """
 import os
 import sys
+import time
 
 _world = None      # the communicator, found on first use: mpi4py's COMM_WORLD, or _Alone()
 _MPI = None        # the mpi4py.MPI module when MPI is in use
@@ -96,6 +97,9 @@ def _abort_on_uncaught_exception():
                   f"{kind.__name__}; aborting every rank (MPI_Abort)", file=sys.stderr)
             sys.stdout.flush()
             sys.stderr.flush()
+            # MPI_Abort tears down the launcher's output forwarding at once: on a loaded machine
+            # the lines just written could be lost. Give them a moment to reach the terminal.
+            time.sleep(0.5)
             comm.Abort(1)
 
     sys.excepthook = abort
