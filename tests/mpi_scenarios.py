@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 
@@ -260,14 +261,16 @@ def resume(folder):
 
 
 class _Counting:
-    """The communicator, counting the all-reduce calls and the dtypes of their buffers."""
+    """The communicator, counting the all-reduce calls, the dtypes of their buffers and how
+    many of the ``watched`` arrays (weak references) are still alive at each call."""
 
-    def __init__(self, comm):
-        self.comm, self.calls, self.dtypes = comm, 0, []
+    def __init__(self, comm, watched=()):
+        self.comm, self.calls, self.dtypes, self.watched, self.alive = comm, 0, [], watched, []
 
     def Allreduce(self, send, receive, *args, **keywords):
         self.calls += 1
         self.dtypes.append(str(receive.dtype))
+        self.alive.append(sum(reference() is not None for reference in self.watched))
         return self.comm.Allreduce(send, receive, *args, **keywords)
 
     def __getattr__(self, name):
@@ -354,13 +357,15 @@ def collectives(folder):
     W64.g, b64.g, W32.g = r + 1.0, 2.0 * (r + 1), r + 1.0
     if r == 0:
         some.g = 6.0
-    counting = _Counting(connection._communicator())
+    counting = _Counting(connection._communicator(),
+                         [weakref.ref(p._g) for p in (W64, W32, b64)])
     connection._world = counting
     try:
         dist.allreduce_grads([W64, W32, b64, some, none], weight=r + 1)
     finally:
         connection._world = counting.comm
     numbers["grad_calls"] = counting.dtypes
+    numbers["grads_alive_at_calls"] = counting.alive
     arrays.update(g_W64=W64.g, g_b64=b64.g, g_W32=W32.g, g_some=some.g)
     numbers["none_has_grad"] = none._g is not None
     numbers["g_W32_dtype"] = str(W32.g.dtype)
