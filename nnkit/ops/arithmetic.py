@@ -27,23 +27,25 @@ def _nodes(a, b):
     return a, b
 
 
-def _binary(op, function, a, b):
+def _binary(op, function, a, b, swapped=False):
     """``(a, b, function(a, b))``: the operands as nodes and the value computed from their
     data, with errors naming the op."""
     if not isinstance(a, NetVar) or not isinstance(b, NetVar):
         a, b = _nodes(a, b)
-    return a, b, _compute(op, function, a._data, b._data)
+    return a, b, _compute(op, function, a._data, b._data, swapped)
 
 
-def _compute(op, function, a, b):
-    """``function(a, b)`` on arrays (or a number ``b``), with errors naming the op."""
+def _compute(op, function, a, b, swapped=False):
+    """``function(a, b)`` on arrays (or a number ``b``), with errors naming the op and the
+    shapes in the order the user wrote them (``b`` first for ``swapped`` ops: c − x, c / x)."""
     try:
         return function(a, b)
     except ValueError:
-        raise ValueError(f"{op}: cannot broadcast {tuple(a.shape)} with "
-                         f"{tuple(getattr(b, 'shape', ()))}") from None
+        first, second = (b, a) if swapped else (a, b)
+        raise ValueError(f"{op}: cannot broadcast {tuple(getattr(first, 'shape', ()))} with "
+                         f"{tuple(getattr(second, 'shape', ()))}") from None
     except TypeError:
-        backend.check_same_device(op, a, b)
+        backend.check_same_device(op, *((b, a) if swapped else (a, b)))
         raise
 
 
@@ -76,15 +78,16 @@ class _Elementwise(NetOp):
     """
     __slots__ = ("constant",)
     function = None
+    swapped = False           # True for RSub and RDiv: the value is function(b, a)
 
     def __init__(self, a, b):
         op = type(self).__name__
         c = kept(a, b) if isinstance(a, NetVar) else None
         if c is not None:
             self.constant = c
-            super().__init__(_compute(op, self.function, a._data, c), a)
+            super().__init__(_compute(op, self.function, a._data, c, self.swapped), a)
         else:
-            a, b, y = _binary(op, self.function, a, b)
+            a, b, y = _binary(op, self.function, a, b, self.swapped)
             super().__init__(y, a, b)
 
 
@@ -224,6 +227,7 @@ class RSub(_Elementwise):
     """
     __slots__ = ()
     function = staticmethod(_subtract_from)
+    swapped = True
 
     def _back(self, a, b=None):
         if a.requires_grad:
@@ -243,6 +247,7 @@ class RDiv(_Elementwise):
     """
     __slots__ = ()
     function = staticmethod(_divide_into)
+    swapped = True
 
     def _back(self, a, b=None):
         db = self._g / a._data

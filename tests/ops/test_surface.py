@@ -73,8 +73,13 @@ def test_plain_operands_that_do_not_fit_fail_naming_the_op(rng):
     x = var64(rng, 3, 4)
     with pytest.raises(ValueError, match=r"Add: cannot broadcast \(3, 4\) with \(5,\)"):
         x + np.ones(5)
-    with pytest.raises(ValueError, match=r"RSub: cannot broadcast \(3, 4\) with \(2,\)"):
+    # the swapped ops name the shapes in the order the user wrote them: c − x, c / x
+    with pytest.raises(ValueError, match=r"RSub: cannot broadcast \(2,\) with \(3, 4\)"):
         np.ones(2) - x
+    with pytest.raises(ValueError, match=r"RDiv: cannot broadcast \(5,\) with \(3, 4\)"):
+        np.ones(5) / x
+    with pytest.raises(ValueError, match=r"RSub: cannot broadcast \(2, 2\) with \(3, 4\)"):
+        nn.ops.arithmetic.RSub(x, var64(rng, 2, 2))           # two nodes: b − a
     with pytest.raises(TypeError, match=r"constant: cannot make a numeric array from str"):
         x * "2"
     assert (x + [1.0, 2.0, 3.0, 4.0]).shape == (3, 4)        # a list: through the constructor
