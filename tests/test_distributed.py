@@ -109,6 +109,48 @@ def test_a_world_of_several_processes_aborts_on_an_uncaught_exception(monkeypatc
     assert connection._hooked and sys.excepthook is not before
 
 
+@pytest.mark.parametrize("aware", [False, True], ids=["host-copies", "cuda-aware"])
+def test_a_device_buffer_reaches_mpi_directly_when_cuda_aware_else_through_the_host(
+        monkeypatch, aware):
+    """The GPU half of every collective, with a stand-in for a CuPy array (no GPU here): the
+    CUDA-aware path waits for the stream and hands MPI the device buffer itself; the other
+    copies to the host once, calls MPI there, and copies back once to the buffer's device."""
+    from nnkit import backend
+    from nnkit.distributed import collectives
+    events = []
+
+    class DeviceArray:                       # what the collectives touch of a CuPy array
+        device = types.SimpleNamespace(id=3)
+
+        def __init__(self, values):
+            self.values = values
+
+    stream = types.SimpleNamespace(synchronize=lambda: events.append("synchronize"))
+    xp = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+    monkeypatch.setattr(backend, "array_module", lambda array: xp)
+    monkeypatch.setattr(backend, "to_cpu",
+                        lambda array: events.append("to host") or array.values.copy())
+    monkeypatch.setattr(backend, "to_gpu",
+                        lambda array, device: events.append(("to device", device)) or
+                        DeviceArray(array))
+    monkeypatch.setenv("NNKIT_MPI_CUDA_AWARE", "1" if aware else "0")
+
+    def mpi(array):                          # an in-place MPI call: doubles what it is given
+        events.append(("MPI", type(array).__name__))
+        (array.values if isinstance(array, DeviceArray) else array)[...] *= 2
+
+    buffer = DeviceArray(np.arange(3.0))
+    result = collectives._through_mpi(buffer, mpi)
+    np.testing.assert_array_equal(result.values, [0.0, 2.0, 4.0])
+    if aware:
+        assert events == ["synchronize", ("MPI", "DeviceArray")] and result is buffer
+    else:
+        assert events == ["to host", ("MPI", "ndarray"), ("to device", 3)]
+    events.clear()
+    host = np.arange(3.0)                     # a NumPy buffer: MPI gets it as it is, always
+    assert collectives._through_mpi(host, mpi) is host and events == [("MPI", "ndarray")]
+
+
 REFUSED = [
     ("allreduce_grads", lambda w: dist.allreduce_grads([w, "W2"]), TypeError,
      r"params\[1\] must be a NetVar, a Module"),

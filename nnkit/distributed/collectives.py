@@ -29,38 +29,33 @@ def _check_same_everywhere(where, comm, text, what):
                      "rank must build the same model")
 
 
+def _through_mpi(buffer, call):
+    """``call(array)`` (an MPI call that reads and writes the array in place) on ``buffer``: a
+    NumPy buffer directly, a CuPy one directly when the MPI is CUDA-aware (after its stream has
+    finished: MPI reads the memory, not the stream), else through one host copy each way.
+    Returns the buffer that holds the result (a CuPy buffer that went through the host is a new
+    array)."""
+    if isinstance(buffer, numpy.ndarray):
+        call(buffer)
+        return buffer
+    if _cuda_aware():
+        backend.array_module(buffer).cuda.get_current_stream().synchronize()
+        call(buffer)
+        return buffer
+    host = backend.to_cpu(buffer)
+    call(host)
+    return backend.to_gpu(host, buffer.device.id)
+
 
 def _allreduce_in_place(comm, buffer, op):
-    """``buffer`` reduced over the ranks with the MPI op ``op``; a NumPy buffer in place, a CuPy
-    one directly when the MPI is CUDA-aware, else through one host copy each way. Returns the
-    reduced buffer (a CuPy buffer that went through the host is a new array)."""
-    if isinstance(buffer, numpy.ndarray):
-        comm.Allreduce(connection._MPI.IN_PLACE, buffer, op=op)
-        return buffer
-    xp = backend.array_module(buffer)
-    if _cuda_aware():
-        xp.cuda.get_current_stream().synchronize()      # MPI reads the memory, not the stream
-        comm.Allreduce(connection._MPI.IN_PLACE, buffer, op=op)
-        return buffer
-    host = backend.to_cpu(buffer)                        # one copy to the host ...
-    comm.Allreduce(connection._MPI.IN_PLACE, host, op=op)
-    return backend.to_gpu(host, buffer.device.id)        # ... and one back
+    """``buffer`` reduced over the ranks with the MPI op ``op`` (see ``_through_mpi``)."""
+    return _through_mpi(buffer, lambda array: comm.Allreduce(connection._MPI.IN_PLACE, array,
+                                                             op=op))
 
 
 def _broadcast_in_place(comm, buffer, root):
-    """``buffer`` as root has it, on every rank (bytes: any dtype); returns it (see
-    ``_allreduce_in_place`` for CuPy)."""
-    if isinstance(buffer, numpy.ndarray):
-        comm.Bcast(buffer.view(numpy.uint8), root=root)
-        return buffer
-    xp = backend.array_module(buffer)
-    if _cuda_aware():
-        xp.cuda.get_current_stream().synchronize()
-        comm.Bcast(buffer.view(numpy.uint8), root=root)
-        return buffer
-    host = backend.to_cpu(buffer)
-    comm.Bcast(host.view(numpy.uint8), root=root)
-    return backend.to_gpu(host, buffer.device.id)
+    """``buffer`` as root has it, on every rank (bytes: any dtype; see ``_through_mpi``)."""
+    return _through_mpi(buffer, lambda array: comm.Bcast(array.view(numpy.uint8), root=root))
 
 
 def _check_root(where, root, comm):
@@ -181,7 +176,6 @@ def allreduce_grads(params, average=True, weight=None):
             if flag:                 # (the setter takes the view as it is, cast to p's dtype)
                 p.g = buffer[offset:offset + size_].reshape(p.shape)
             offset += size_
-
 
 
 def _value_array(where, value):
