@@ -24,7 +24,8 @@ LAYERS = [
     ["module"],                         # Module: parameters, buffers, state, devices
     # ops: the operators' and shape families first, then families that build on them
     ["ops.arithmetic", "ops.shape"],
-    ["ops.activation", "ops.indexing", "ops.reduce", "ops.math", "ops.loss",
+    ["ops.math"],                       # elementwise functions and Where (masks in _grads)
+    ["ops.activation", "ops.indexing", "ops.reduce", "ops.loss",
      "ops.regularization", "ops.normalization", "ops.conv", "ops.recurrent"],
     ["ops.embedding", "ops.classification", "ops.cells", "ops.einsum", "ops.attention"],
     ["ops.surface"],                    # NetVar's operators and methods, over every family

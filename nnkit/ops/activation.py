@@ -14,6 +14,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
+from .math import Where
 from .shape import normalize_axis
 
 
@@ -243,8 +244,8 @@ class SoftMax(NetOp):
             self._data * (g - (g * self._data).sum(axis=self.axis, keepdims=True)))
 
     def _grads(self, g, x):
-        # No mask needed: y is exactly 0 under it (and in a slice with nothing kept), so the
-        # factor y zeroes those entries' g, and their gradient, to every order.
+        if self.mask is not None:       # as in _back: not g · m, which is NaN for an infinite g
+            g = Where(self.mask, g, 0.0)
         return (self * (g - (g * self).sum(self.axis, keepdims=True)),)
 
 
@@ -297,8 +298,8 @@ class LogSoftmax(NetOp):
         x.accumulate_same_shape(g - xp.exp(self._data) * g.sum(axis=self.axis, keepdims=True))
 
     def _grads(self, g, x):
-        if self.mask is not None:
-            g = g * _where(self.mask, x)
+        if self.mask is not None:       # as in _back: not g · m, which is NaN for an infinite g
+            g = Where(self.mask, g, 0.0)
         # e^y is the softmax (exactly 0 under the mask), as a node: its own derivative counts
         return (g - self.exp() * g.sum(self.axis, keepdims=True),)
 

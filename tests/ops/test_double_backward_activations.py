@@ -104,6 +104,21 @@ def test_an_upstream_gradient_under_the_mask_reaches_nothing(rng, op):
     assert (gseed[~KEEP] == 0).all() and (gseed[KEEP] != 0).all()
 
 
+@pytest.mark.parametrize("op", ["SoftMax", "LogSoftmax"])
+def test_an_infinite_upstream_gradient_under_the_mask_reaches_nothing(rng, op):
+    # √y at a masked y = 0 hands it an infinite gradient (exp of −y at y = −inf likewise): the
+    # first-order rule drops it; the create_graph rule must too, not multiply it by 0 (NaN,
+    # spread over the slice by the sum)
+    x = nn.NetVar(rng.standard_normal((3, 4)))
+    seed = np.where(KEEP, rng.standard_normal((3, 4)), np.inf)
+    y = getattr(nn, op)(x * x, mask=KEEP)
+    expected, = nn.grad(y, [x], g=seed)
+    assert np.isfinite(expected).all()
+    with np.errstate(invalid="ignore"):
+        gx, = nn.grad(y, [x], g=nn.NetVar(seed), create_graph=True)
+    np.testing.assert_allclose(gx.data, expected, rtol=1e-12)
+
+
 def test_third_derivatives_through_rules_written_with_the_output(rng):
     # Sigmoid's and Tanh's rules use y itself: each derivative is differentiable again
     x = nn.NetVar(rng.standard_normal((1, 1)))
