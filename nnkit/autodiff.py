@@ -167,7 +167,11 @@ def _graph_pass(outputs, seeds, inputs):
                 continue
             _check_versions(node)
             parents = node._parents
-            found = _op_grads(node, g, parents)
+            try:
+                found = _op_grads(node, g, parents)
+            except FloatingPointError as error:      # detect_anomaly() inside the rule's ops
+                raise type(error)(f"{error} (while grad(create_graph=True) ran the gradient "
+                                  f"rule of {node._describe()})") from error
             if len(found) != len(parents):
                 raise ValueError(f"grad(): {type(node).__name__}._grads returned {len(found)} "
                                  f"gradients for {len(parents)} inputs")

@@ -17,7 +17,8 @@ class detect_anomaly:
     """``with nnkit.detect_anomaly():`` check every forward value and every gradient.
 
     The first op whose output, or whose contribution to a parent's gradient, holds a NaN or
-    Inf raises AnomalyError naming the op class, its creation index and its input shapes.
+    Inf raises AnomalyError naming the op class, its creation index and its input shapes
+    (inside ``grad(create_graph=True)``, also the op whose gradient rule built that op).
     Ops built in the mode also hash their inputs' data, and back() in the mode re-hashes them:
     an edit that bypasses the ``.data`` setter (``x.data[i] = v``) raises InplaceEditError.
     Off by default; when off it costs nothing but the engine's test for observers. The switch

@@ -266,6 +266,20 @@ class IgnoresUpstream(Cube):
         return (nn.constant(g.data) * 3.0 * x * x,)      # g cut from the graph
 
 
+def test_detect_anomaly_names_the_op_whose_rule_made_a_nan_in_create_graph():
+    # √x at 0: the first-order rule's g / (2y) is infinite. grad(create_graph=True) builds it
+    # from ops (a Div the user never wrote): the error must also name the op whose rule it is.
+    x = nn.NetVar(np.array([[0.0, 1.0]]))
+    with nn.detect_anomaly(), np.errstate(divide="ignore"):
+        y = x.sqrt().sum()
+        with pytest.raises(nn.AnomalyError, match=r"forward of Div .* produced NaN or Inf "
+                           r"\(while grad\(create_graph=True\) ran the gradient rule of Sqrt "
+                           r"#\d+ of shape \(1, 2\)\)"):
+            nn.grad(y, [x], create_graph=True)
+        with pytest.raises(nn.AnomalyError, match=r"backward of Sqrt"):    # as back() says it
+            nn.grad(y, [x])
+
+
 def test_gradgradcheck_finds_a_wrong_rule_and_names_the_input(rng):
     x = var(rng, 2, 2)
     with pytest.raises(nn.GradcheckError, match="gradgradcheck: input 0") as error:
