@@ -10,8 +10,10 @@
                          metrics={"accuracy": nn.Accuracy()})
     history = trainer.fit(train_batches, epochs=50, val=val_batches)
 
-For each training batch the trainer calls ``step_fn(batch)``, ``loss.back()``, the hooks'
-``on_before_step``, then ``optimizer.step()``. ``step_fn`` returns the loss node, or
+For each training batch the trainer calls ``step_fn(batch)``, resets the optimizer's gradients,
+calls ``loss.back()``, the hooks' ``on_before_step``, then ``optimizer.step()``: every step starts
+from zero gradients (a step that raises after ``back()`` leaves its gradients in ``.g``, to
+inspect, and the next step does not add them to its own). ``step_fn`` returns the loss node, or
 ``(loss, predictions, targets)`` or ``(loss, predictions, targets, mask)``: then the metrics
 are updated with ``(predictions, targets[, mask])`` (before ``back()``, so that a batch the
 metrics refuse changes no parameter) and the epoch's mean loss weights each
@@ -218,6 +220,10 @@ class Trainer:
             size = self.batch_weight = _positions(batch, predictions, mask)
             value = loss.item()
             _update_metrics(self.metrics, predictions, targets, mask)
+            # Each step starts from zero gradients, as zero_grad() in a PyTorch loop: a
+            # gradient left by a back() outside the Trainer, or by a step that raised before
+            # its update (kept for inspection), would otherwise be added to this one.
+            self.optimizer.reset()
             loss.back()
             if self.parallel is not None:        # first: hooks and modifiers see the sum
                 self.parallel.on_before_step(self, loss)

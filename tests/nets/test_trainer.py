@@ -245,6 +245,41 @@ def test_a_failed_epoch_does_not_count():
     assert trainer.fit(_batches(x, y), epochs=2)["epoch"] == [1, 2]
 
 
+class _RaiseOnce(nn.Hook):
+    """Raises in on_before_step the first time: after back(), before the update."""
+
+    def __init__(self):
+        self.raised = False
+
+    def on_before_step(self, trainer, loss):
+        if not self.raised:
+            self.raised = True
+            raise OSError("disk full")
+
+
+def test_a_step_starts_from_zero_gradients_even_after_a_failed_fit_or_a_stray_back():
+    # A fit that fails between back() and the update leaves that batch's gradient in .g (to
+    # inspect); the next step must not add it to its own, nor one left by the user's back().
+    x, y = _problem()
+    batches = _batches(x, y)[:1]
+    step, params = _model()
+    nn.Trainer(step, nn.GD(params, lr=0.1)).fit(batches)
+    expected = [p.data.copy() for p in params]
+    for spoil in ("failed fit", "stray back()"):
+        step, params = _model()
+        trainer = nn.Trainer(step, nn.GD(params, lr=0.1), hooks=[_RaiseOnce()])
+        if spoil == "failed fit":
+            with pytest.raises(OSError, match="disk full"):
+                trainer.fit(batches)
+            assert all(p._g is not None for p in params)        # left for inspection
+        else:
+            trainer.hooks[-1].raised = True
+            step(batches[0])[0].back()
+        trainer.fit(batches)
+        for p, value in zip(params, expected):
+            np.testing.assert_array_equal(p.data, value, err_msg=spoil)
+
+
 def test_a_one_shot_iterator_for_several_epochs_is_refused_before_training():
     x, y, step, params, optimizer = _trained_adam()
     before = _snapshot(params, optimizer)
