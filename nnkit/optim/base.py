@@ -238,8 +238,14 @@ class Optimizer:
                 continue
             data = p._data
             if type(g) is type(data) and g.shape == data.shape and g.dtype.kind == "f" and (
-                    type(g) is _ndarray or g.device == data.device):
+                    type(g) is _ndarray or g.device == data.device) and (
+                    type(data) is not _ndarray or data.flags.writeable):
                 continue
+            if type(data) is _ndarray and not data.flags.writeable:
+                raise ValueError(f"{where}: parameter {position} ({p._describe()}) holds a "
+                                 "read-only array (e.g. from np.load(..., mmap_mode='r') or "
+                                 "np.broadcast_to), which the update cannot change; give it a "
+                                 "copy: p.data = p.data.copy(); nothing was updated")
             if not backend.is_array(g):
                 found = f"is a {type(g).__name__}, not an array"
             elif backend.device_of(g) != backend.device_of(data):
@@ -281,19 +287,22 @@ class Optimizer:
     # -- saving and restoring
     def state_dict(self):
         """The optimizer as plain data: its type, options, group options and per-parameter
-        state (arrays, as they are, and JSON-able numbers)."""
+        state (copies of the arrays, and JSON-able numbers): a snapshot, which later steps do
+        not change."""
         return {
             "type": type(self).__name__,
             "options": {key: getattr(self, key) for key in self.options},
             "groups": [{key: value for key, value in group.items() if key != "params"}
                        for group in self.param_groups],
             "sizes": [len(group["params"]) for group in self.param_groups],
-            "state": [dict(state) for state in self.state],
+            "state": [{key: value.copy() if backend.is_array(value) else value
+                       for key, value in state.items()} for state in self.state],
         }
 
     def load_state_dict(self, saved):
-        """Restore what ``state_dict()`` returned (arrays may be NumPy or CuPy); every entry is
-        checked before anything is changed, and a mismatch raises ValueError saying which."""
+        """Restore what ``state_dict()`` returned (arrays may be NumPy or CuPy; they are copied
+        in the parameter's dtype); every entry is checked before anything is changed, and a
+        mismatch raises ValueError saying which."""
         self.check_state_dict(saved)
         for key, value in saved["options"].items():
             setattr(self, key, value)
@@ -304,7 +313,7 @@ class Optimizer:
         for position, (p, state) in enumerate(zip(self.params, saved["state"])):
             xp = backend.array_module(p._data)
             self.state[position] = {
-                key: xp.array(value, dtype=value.dtype) if backend.is_array(value) else value
+                key: xp.array(value, dtype=p._data.dtype) if backend.is_array(value) else value
                 for key, value in state.items()}
 
     def check_state_dict(self, saved):

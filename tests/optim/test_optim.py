@@ -494,3 +494,49 @@ def test_a_gradient_of_another_array_type_is_refused():
     with pytest.raises(ValueError, match="gradient of parameter 1 .* is a MaskedArray, the "
                                          "parameter's data a ndarray"):
         opt.step()
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_a_read_only_parameter_is_refused_before_any_update(cls):
+    # e.g. data from np.load(mmap_mode="r") or np.broadcast_to: the first parameter was
+    # updated, every gradient dropped and the read-only one's state advanced before NumPy raised
+    opt, a, b = _trained(cls)
+    b.data = np.broadcast_to(np.full((1, 2), 0.5), (1, 2))
+    ((a * a).sum() + (b * b).sum()).back()
+    before = _copy_state(opt)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}.step\(\): parameter 1 \(NetVar #\d+ "
+                                         r"of shape \(1, 2\)\) holds a read-only array"):
+        opt.step()
+    _assert_same_state(opt, before)
+    assert a._g is not None and b._g is not None
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_state_dict_is_a_snapshot_that_later_steps_do_not_change(cls):
+    def step(p):
+        ((p * p).sum() * 0.5 + (p ** 3).sum() * (1 / 3)).back()
+        opt.step()
+
+    p = nn.NetVar(np.array([[0.5, -1.0, 2.0]]))
+    opt = cls([p], lr=0.01)
+    for _ in range(3):
+        step(p)
+    saved, value = opt.state_dict(), p.data.copy()
+    step(p)
+    expected = p.data.copy()
+    p.data = value                     # roll back to the snapshot, then take the same step
+    opt.load_state_dict(saved)
+    step(p)
+    np.testing.assert_array_equal(p.data, expected)
+
+
+def test_load_state_dict_gives_the_state_the_parameters_dtype():
+    p = nn.NetVar(np.ones((1, 3)))
+    opt = nn.Adam([p])
+    (p * p).sum().back()
+    opt.step()
+    saved = opt.state_dict()
+    saved["state"][0] = {key: value.astype(np.float16) if hasattr(value, "astype") else value
+                         for key, value in saved["state"][0].items()}
+    opt.load_state_dict(saved)
+    assert opt.state[0]["m"].dtype == opt.state[0]["v"].dtype == np.float64
