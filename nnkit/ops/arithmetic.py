@@ -283,7 +283,7 @@ class Pow(NetOp):
     """Power with a constant exponent p.
 
     y = x ** p
-    dx = g · p · x ** (p − 1)
+    dx = g · p · x ** (p − 1)     (0 for p = 0, also at x = 0, where the formula is 0·∞)
     """
     __slots__ = ("p",)
 
@@ -294,9 +294,12 @@ class Pow(NetOp):
         super().__init__(x._data ** (int(p) if p == int(p) else p), x)
 
     def _back(self, x):
-        x.accumulate_same_shape(self._g * (self.p * x._data ** (self.p - 1)))
+        if self.p != 0:           # y = 1 for p = 0: nothing to hand back
+            x.accumulate_same_shape(self._g * (self.p * x._data ** (self.p - 1)))
 
     def _grads(self, g, x):
+        if self.p == 0:           # (each derivative lowers p by one and reaches 0: x³ → 6x → 6)
+            return (None,)
         return (g * (Pow(x, self.p - 1) * self.p),)
 
 

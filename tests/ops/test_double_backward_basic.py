@@ -167,3 +167,21 @@ def test_norm_of_a_zero_row_has_zero_second_derivatives_and_the_others_pytorchs(
     t_gx, = torch.autograd.grad((t.norm(dim=1).sum() + 0.0) ** 2, t, create_graph=True)
     t_hv, = torch.autograd.grad((t_gx * torch.tensor(v[1:])).sum(), t)
     np.testing.assert_allclose(hv[1:], t_hv.numpy(), rtol=1e-9)
+
+
+def test_powers_at_zero_have_the_derivatives_of_polynomials():
+    # d/dx x⁰ = 0 everywhere (p·x^(p−1) would be 0·∞ = NaN at 0), so every derivative of x²
+    # and x³ at 0 is finite and equals PyTorch's
+    x = nn.NetVar(np.array([[0.0, 1.5, -2.0]]))
+    t = torch.tensor(x.data, requires_grad=True)
+    np.testing.assert_array_equal(nn.grad((x ** 0).sum(), [x])[0], [[0.0, 0.0, 0.0]])
+    for p in (1, 2, 3):
+        mine, ref = (x ** p).sum(), (t ** p).sum()
+        for order in range(1, p + 2):            # the last one is 0
+            mine, = nn.grad(mine, [x], create_graph=True)
+            ref, = torch.autograd.grad(ref, t, create_graph=True, allow_unused=True,
+                                       materialize_grads=True)
+            np.testing.assert_allclose(mine.data, ref.detach().numpy(), rtol=1e-12,
+                                       err_msg=f"x ** {p}, order {order}")
+            mine, ref = mine.sum(), ref.sum()
+        assert not mine.requires_grad and not ref.requires_grad     # a constant, 0, in both
