@@ -26,6 +26,10 @@ _edits = 0            # global edit stamp: bumped whenever some NetVar's data is
 # imports no observer), and with none attached it pays one test per op and two per backward step.
 _observers = []
 _recorder = None      # the class back(trace=True) records with; nnkit.trace registers it
+# Backward passes begun (back() and grad()): a gradient an op hands to another sideways, outside
+# the graph's edges (a recurrent op's final cell state), is stamped with its pass, so that a pass
+# refused midway leaves nothing for the next one.
+_passes = 0
 
 
 def anomaly_mode():
@@ -398,6 +402,8 @@ def _as_op_array(data):
 def _propagate(nodes, trace=False):
     """Call ``_back`` on each of ``nodes`` (op nodes, children before parents) whose gradient a
     consumer or a seed has given: the loop of ``back()``, shared with ``nnkit.grad``."""
+    global _passes
+    _passes += 1
     observers = _observers
     if trace:
         recorder = _recorder()

@@ -25,7 +25,7 @@ import weakref
 
 import numpy
 
-from .. import backend, checks
+from .. import backend, checks, core
 from ..core import NetOp, NetVar, constant
 
 
@@ -254,7 +254,9 @@ class _Recurrent(NetOp):
     def _final(self, which):
         ref = self._final_refs[which]
         node = ref() if ref is not None else None
-        if node is None:
+        # A node built under no_grad() is a constant: not the one to hand out once grad mode
+        # is back on (its gradient would be dropped).
+        if node is None or (self.requires_grad and not node._parents):
             node = RecurrentState(self, which)
             self._final_refs[which] = weakref.ref(node)
         return node
@@ -265,10 +267,26 @@ class _Recurrent(NetOp):
         return self._final(0)
 
     def _add_final_gradient(self, which, g):
-        old = self._final_g[which]
-        self._final_g[which] = g if old is None else old + g
-        if self._g is None:     # only a final state is used: the outputs' gradient is zero
-            xp = backend.array_module(self._data)
+        """Take the gradient ``g`` of final state ``which`` (from ``RecurrentState._back``).
+
+        h is the outputs at each sequence's last step, so its gradient is added to this node's
+        gradient there (``.g`` and ``grad()`` show it, and the BPTT starts from it). c is not
+        among the outputs: its gradient is kept for this pass's ``_back`` (stamped with the
+        pass, so that one refused before reaching this op leaves nothing for the next).
+        """
+        xp = backend.array_module(self._data)
+        if which == 0:
+            T, B, _, H = self.shape3
+            outputs = xp.zeros((T * B, H), dtype=self._data.dtype)
+            rows = self.final_position if self.dense else self.rows[self.final_position]
+            outputs[rows] = g
+            self.accumulate_same_shape(outputs.reshape(T, B, H))
+            return
+        stamp, old = self._final_g[which] or (None, None)
+        if stamp != core._passes:
+            old = None
+        self._final_g[which] = (core._passes, g if old is None else old + g)
+        if self._g is None:     # only the final c is used: the outputs' gradient is zero
             self._no_gradient = xp.broadcast_to(xp.zeros((), self._data.dtype), self._data.shape)
             self.accumulate(self._no_gradient)
 
@@ -297,11 +315,11 @@ class _Recurrent(NetOp):
             G = self._g.reshape(T * B, H).copy()
         else:
             G = self._g.reshape(T * B, H)[self.rows]
-        carries = []
+        carries = []            # h's final gradient is in G already; c's was handed aside
         for which in range(self.states):
-            gT = self._final_g[which]
+            stamp, gT = self._final_g[which] or (None, None)
             self._final_g[which] = None
-            carries.append(xp.zeros((B, H), G.dtype) if gT is None
+            carries.append(xp.zeros((B, H), G.dtype) if gT is None or stamp != core._passes
                            else xp.asarray(gT[self.order], dtype=G.dtype))
         dA, dAh = self._bptt(G, R._data, carries, xp)
         # dA: gradient of the input pre-activations (x·W + b); dAh: of the recurrent ones
@@ -333,7 +351,8 @@ class RecurrentState(NetOp):
     """The final state of a fused recurrent op: row b is the state after step lengths[b] − 1.
 
     y = h_{L_b − 1}[b]  (or c for an LSTM's ``final_c``), shape (B, H)
-    d(op) = g, added to that step's state gradient inside the op's BPTT
+    d(op) = g at (L_b − 1, b) for h (so the op's ``.g`` holds it); for c, g is added to that
+    step's cell-state gradient inside the op's BPTT
     Get it as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
     h is the op's output at each sequence's last step, so ``final``'s one parent is the op. c is
     not among the outputs: ``final_c``'s parents are the op and the op's inputs, so that its

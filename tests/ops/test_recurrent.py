@@ -317,3 +317,65 @@ def test_recurrent_state_refuses_a_which_that_is_not_an_int(which, rng):
                                         r"c\), got "):
         nn.RecurrentState(op, which)
     assert nn.RecurrentState(op, np.int64(1)).shape == (B, H)
+
+
+# ----------------------------------------------------------------------------- the final states
+
+def _final_loss(op, w):
+    """A loss that reads the outputs and every final state."""
+    loss = (op * w).sum() + (op.final * op.final).sum()
+    if isinstance(op, nn.LSTM):
+        loss = loss + (op.final_c * 3.0).sum()
+    return loss
+
+
+@pytest.mark.parametrize("kind", ["rnn-tanh", "lstm", "gru"])
+def test_the_outputs_gradient_includes_what_reached_them_through_final(kind, rng):
+    # final is the outputs at each sequence's last step: its gradient lands there, in .g and in
+    # grad() with or without create_graph (it went to the op by a side channel, .g missed it)
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, kind)
+    op = fused(kind, x, W, R, b, lengths=RAGGED)
+    w = var64(rng, T, B, H)
+    last = np.array(RAGGED) - 1
+    expected = w.data.copy()
+    expected[last, np.arange(B)] += 2 * op.final.data
+    got, = nn.grad(_final_loss(op, w), [op])
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
+    deep, = nn.grad(_final_loss(op, w), [op], create_graph=True)
+    np.testing.assert_allclose(deep.data, expected, rtol=1e-13)
+    _final_loss(op, w).back()
+    np.testing.assert_allclose(op.g, expected, rtol=1e-13)
+    only = np.zeros((T, B, H))
+    only[last, np.arange(B)] = 1.0
+    np.testing.assert_array_equal(nn.grad(op.final.sum(), [op])[0], only)
+
+
+@pytest.mark.parametrize("kind", ["rnn-tanh", "lstm", "gru"])
+def test_a_final_state_first_read_under_no_grad_still_differentiates(kind, rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, kind)
+    w = var64(rng, T, B, H)
+    expected, = nn.grad(_final_loss(fused(kind, x, W, R, b, lengths=RAGGED), w), [W])
+    op = fused(kind, x, W, R, b, lengths=RAGGED)
+    with nn.no_grad():
+        peek = [op.final] + ([op.final_c] if kind == "lstm" else [])     # kept alive
+    got, = nn.grad(_final_loss(op, w), [W])
+    assert all(not node.requires_grad for node in peek)
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["rnn-tanh", "lstm", "gru"])
+@pytest.mark.parametrize("first", ["grad", "back"])
+def test_a_pass_refused_midway_leaves_no_final_state_gradient_behind(kind, first, rng):
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, kind)
+    w = var64(rng, T, B, H)
+    op = fused(kind, x, W, R, b, lengths=RAGGED)
+    expected, = nn.grad(op.sum(), [W])
+    loss = _final_loss(op, w)
+    w.data = w.data + 1.0                     # edited after use: the pass is refused
+    with pytest.raises(nn.InplaceEditError):
+        nn.grad(loss, [W]) if first == "grad" else loss.back()
+    got, = nn.grad(op.sum(), [W])             # the outputs alone: nothing of final's share
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
