@@ -18,6 +18,7 @@ from . import backend
 from .core import NetVar, _check_versions, _creation_index, _propagate, constant
 from .gradients import _gradient_from_user, _owned_copy
 from .modes import enable_grad
+from .ops.arithmetic import _Cast
 from .ops.reduce import Sum
 from .ops.shape import Reshape
 
@@ -94,7 +95,9 @@ def _seeds(outputs, g, single, create_graph):
             if seed.shape != y.shape:
                 raise ValueError(f"{where}: the seed must have the output's shape "
                                  f"{tuple(y.shape)}, got {tuple(seed.shape)}")
-            seeds.append(seed)
+            if seed.dtype.kind != "f":
+                raise TypeError(f"{where}: a seed must hold real floats, got {seed.dtype}")
+            seeds.append(seed if seed.dtype == y.dtype else _Cast(seed, y.dtype))
             continue
         else:                     # checked as back() checks its seed
             seed = _gradient_from_user(seed, y, where)
@@ -198,6 +201,8 @@ def _add(grads, node, contribution):
         contribution = constant(contribution, node)
     if contribution.shape != node.shape:
         contribution = _sum_to(contribution, node.shape, node)
+    if contribution.dtype != node.dtype:          # in the node's dtype, as back() keeps it
+        contribution = _Cast(contribution, node.dtype)
     mine = grads.get(node)
     grads[node] = contribution if mine is None else mine + contribution
 

@@ -280,6 +280,29 @@ def test_detect_anomaly_names_the_op_whose_rule_made_a_nan_in_create_graph():
             nn.grad(y, [x])
 
 
+def test_create_graph_keeps_each_gradient_in_its_nodes_dtype_as_back_does(rng):
+    x = nn.NetVar(rng.standard_normal((2, 3)).astype(np.float32))
+    w = nn.NetVar(rng.standard_normal((2, 3)))                          # float64
+    y = ((x * w) ** 2).sum()
+    first, = nn.grad(y, [x])
+    gx, = nn.grad(y, [x], create_graph=True)
+    assert first.dtype == gx.dtype == np.float32
+    np.testing.assert_array_equal(gx.data, first)
+    gw, = nn.grad(gx.sum(), [w])                    # through the cast: d/dw Σ 2xw² = 4xw
+    assert gw.dtype == np.float64
+    np.testing.assert_allclose(gw, 4 * x.data.astype(np.float64) * w.data, rtol=1e-6)
+    # a seed node is taken in the output's dtype, as a seed array is; a complex one is refused
+    seed = nn.NetVar(np.full((2, 3), 0.1, np.float32))
+    z = w * w
+    gz, = nn.grad(z, [w], g=seed, create_graph=True)
+    assert gz.dtype == np.float64
+    np.testing.assert_array_equal(gz.data, nn.grad(z, [w], g=seed.data)[0])
+    with pytest.raises(TypeError, match=r"grad\(\): the seed of output 0, .*: a seed must hold "
+                                        r"real floats, got complex128"):
+        nn.grad(z, [w], g=nn.NetVar(np.full((2, 3), 1 + 1j), requires_grad=False),
+                create_graph=True)
+
+
 def test_gradgradcheck_finds_a_wrong_rule_and_names_the_input(rng):
     x = var(rng, 2, 2)
     with pytest.raises(nn.GradcheckError, match="gradgradcheck: input 0") as error:
