@@ -66,6 +66,22 @@ def test_loss_target_constants_survive_and_stay_out_of_vars(path):
     np.testing.assert_array_equal(rebuilt.topology[2][1].data, [[0, 0, 1]])
 
 
+def test_topology_constants_keep_their_dtype_and_shape(path):
+    # class indices came back as float32 and the rebuilt loss refused them as probabilities
+    labels = nn.NetVar(np.array([0, 2, 1]), dtype=np.int64, requires_grad=False)
+    scale = nn.constant(np.float64(0.5))                          # 0-d
+    net = nn.FFN((nn.Multiply, nn.rand2(2, 3)), (nn.Mul, scale), (nn.SoftmaxCELoss, labels))
+    x = np.ones((3, 2), np.float32)
+    nn.save(path, net)
+    rebuilt = nn.load(path).model
+    for position in (1, 2):
+        kept = rebuilt.topology[position][1]
+        original = net.topology[position][1]
+        assert (kept.dtype, kept.shape) == (original.dtype, original.shape)
+        np.testing.assert_array_equal(kept.data, original.data)
+    assert rebuilt(x).item() == net(x).item()
+
+
 def test_save_load_continue_is_bit_identical(path):
     net, reference = _net(0), _net(0)
     opt = nn.Adam(net.vars, lr=0.01)

@@ -141,16 +141,17 @@ def _check_topology(path, net, topology):
                               f"model has {mine(net)}")
 
 
-def _parameter(array):
-    """A new parameter holding a copy of ``array`` (its shape and dtype as they are)."""
-    p = NetVar(array.copy(), dtype=array.dtype)
+def _leaf(array, requires_grad=True):
+    """A new leaf holding a copy of ``array`` (its shape and dtype as they are): a parameter,
+    or a constant of the topology (class indices stay integers)."""
+    p = NetVar(array.copy(), requires_grad=requires_grad, dtype=array.dtype)
     if p.shape != array.shape:          # NetVar makes 1-D data a row
         p.data = array.copy()
     return p
 
 
 def _rebuild(path, meta, saved, buffers, source, extra_ops):
-    params = {name: _parameter(array) for name, array in saved.items()}
+    params = {name: _leaf(array) for name, array in saved.items()}
     if meta.get("topology") is None:
         why = (meta.get("model") or {}).get("why")
         if why is not None or buffers:
@@ -189,8 +190,8 @@ def _rebuild(path, meta, saved, buffers, source, extra_ops):
         if "batchnorm" in value:
             return batchnorm(value["batchnorm"])
         if "const" in value:
-            return NetVar(source.get(value["const"], "a topology constant").copy(),
-                          requires_grad=value["requires_grad"])
+            return _leaf(source.get(value["const"], "a topology constant"),
+                         value["requires_grad"])
         if "array" in value:
             return source.get(value["array"], "a topology array").copy()
         if "tuple" in value:
