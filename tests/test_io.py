@@ -157,6 +157,9 @@ def test_mismatched_optimizer_changes_nothing(path):
         nn.load(path, target, optimizer=nn.GD(target.vars))
     with pytest.raises(nn.CheckpointError, match="updated parameters"):
         nn.load(path, target, optimizer=nn.Adam(target.vars[:2]))
+    with pytest.raises(TypeError, match=r"load: optimizer must be an nnkit optimizer, got "
+                                        r"object"):           # not "the file is corrupted"
+        nn.load(path, target, optimizer=object())
     _assert_unchanged(target.vars, before)
     nn.save(path, net)
     with pytest.raises(nn.CheckpointError, match="has no optimizer state"):

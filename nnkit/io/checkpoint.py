@@ -61,9 +61,14 @@ def save(path, model, optimizer=None, extra=None):
     return path
 
 
+def _check_optimizer(optimizer, where):
+    if not (callable(getattr(optimizer, "state_dict", None)) and hasattr(optimizer, "params")
+            and callable(getattr(optimizer, "load_state_dict", None))):
+        raise TypeError(f"{where}: optimizer must be an nnkit optimizer, got {_got(optimizer)}")
+
+
 def _encode_optimizer(optimizer, params, writer):
-    if not (callable(getattr(optimizer, "state_dict", None)) and hasattr(optimizer, "params")):
-        raise TypeError(f"save: optimizer must be an nnkit optimizer, got {_got(optimizer)}")
+    _check_optimizer(optimizer, "save")
     names = {id(p): name for name, p in params.items()}
     for position, p in enumerate(optimizer.params):
         if id(p) not in names:
@@ -87,8 +92,9 @@ def load(path, model=None, optimizer=None, ops=None):
     under its name with the same shape and dtype, and the file must hold nothing else; then
     they are overwritten in place (each keeps its identity and device, so shared weights stay
     shared and an optimizer over ``model.vars`` keeps working; gradients are forgotten). An FFN
-    must also have the saved ops. ``optimizer`` (over the model's parameters, in any order: its
-    state is matched by parameter name) gets its saved options and state.
+    must also have the saved ops. ``optimizer`` (over the model's parameters, listed in the
+    order the saved one listed them, which is checked by parameter name: another order or
+    another set is refused) gets its saved options and state.
 
     Without ``model``, the model is rebuilt: an FFN from its topology (BatchNormStates
     included), or a flat dict dotted name -> NetVar for parameters saved from a dict or list;
@@ -101,6 +107,8 @@ def load(path, model=None, optimizer=None, ops=None):
     """
     path = os.fspath(path)
     target = None if model is None else check_model(model, "load")
+    if optimizer is not None:
+        _check_optimizer(optimizer, "load")
     if ops is not None:
         if not isinstance(ops, dict):
             raise TypeError(f"load: ops must be a dict name -> op class, got "
