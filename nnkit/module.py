@@ -35,12 +35,17 @@ class Module:
                 return x + nn.ReLU(self.fc(x))
 
     ``vars`` / ``named_vars()`` list the trainable parameters (each once, even when shared);
-    ``state()`` / ``load_state()`` copy parameters and buffers out and back in (``nn.save``
-    and ``nn.load`` use them); ``to_gpu()`` / ``to_cpu()`` move them in place, so an optimizer
-    built on ``model.vars`` keeps working; ``copy.deepcopy(model)`` copies parameters and
-    buffers, not the last graph. A subclass need not call ``Module.__init__``.
+    ``named_constants()`` the leaf NetVars that need no gradient (a weight frozen with
+    ``requires_grad = False``, a fixed table); ``state()`` / ``load_state()`` copy parameters,
+    constants and buffers out and back in (``nn.save`` and ``nn.load`` use them);
+    ``to_gpu()`` / ``to_cpu()`` move them in place, so an optimizer built on ``model.vars``
+    keeps working; ``copy.deepcopy(model)`` copies them, not the last graph. A subclass need
+    not call ``Module.__init__``.
     """
     buffers = ()
+    # Whether the leaf NetVars that need no gradient among its members are part of its state.
+    # FFN says no: its constants (op arguments) are saved with its topology.
+    constants_in_state = True
 
     def __call__(self, *args, **keywords):
         return self.forward(*args, **keywords)
@@ -70,6 +75,12 @@ class Module:
         """The trainable parameters, each once, in the order of ``named_vars()``."""
         return list(self.named_vars().values())
 
+    def named_constants(self):
+        """Dict of dotted name → leaf NetVar that needs no gradient (``requires_grad`` False:
+        a frozen weight, a fixed table), each once: saved, loaded and moved with the
+        parameters, never trained."""
+        return {name: value for name, value, kind in _walk(self) if kind == "constant"}
+
     def named_buffers(self):
         """Dict of dotted name → buffer array (saved and moved, never trained)."""
         return {name: getattr(*value) for name, value, kind in _walk(self)
@@ -77,10 +88,10 @@ class Module:
 
     # -- state: copies out, checked copies in
     def state(self):
-        """Dict of dotted name → host (NumPy) copy of every parameter and buffer."""
+        """Dict of dotted name → host (NumPy) copy of every parameter, constant and buffer."""
         out = {}
         for name, value, kind in _walk(self):
-            array = value._data if kind == "var" else getattr(*value)
+            array = getattr(*value) if kind == "buffer" else value._data
             out[name] = backend.to_cpu(array).copy()
         return out
 
@@ -110,7 +121,7 @@ class Module:
             raise KeyError(f"{where}: the state has '{unexpected[0]}', which the model does not "
                            f"have ({len(unexpected)} unexpected names)")
         for name, value, kind in targets:
-            mine = value._data if kind == "var" else getattr(*value)
+            mine = getattr(*value) if kind == "buffer" else value._data
             given = state[name]
             if not backend.is_array(given):
                 raise TypeError(f"{where}: '{name}' must be an array, got "
@@ -118,17 +129,17 @@ class Module:
             if tuple(given.shape) != tuple(mine.shape):
                 raise ValueError(f"{where}: '{name}' has shape {tuple(given.shape)} in the state "
                                  f"and {tuple(mine.shape)} in the model")
-            if kind == "var" and given.dtype != mine.dtype or given.dtype.kind != mine.dtype.kind:
+            if kind != "buffer" and given.dtype != mine.dtype or given.dtype.kind != mine.dtype.kind:
                 raise TypeError(f"{where}: '{name}' has dtype {given.dtype} in the state and "
                                 f"{mine.dtype} in the model")
         for name, value, kind in targets:               # all checked: now assign
-            mine = value._data if kind == "var" else getattr(*value)
+            mine = getattr(*value) if kind == "buffer" else value._data
             array = _like(state[name], mine)
-            if kind == "var":
+            if kind == "buffer":
+                setattr(*value, array)
+            else:
                 value.data = array
                 value.reset()
-            else:
-                setattr(*value, array)
         return self
 
     # -- devices
@@ -147,10 +158,10 @@ class Module:
 
     def _move(self, move_node, move_array):
         for _, value, kind in _walk(self):
-            if kind == "var":
-                move_node(value)
-            else:
+            if kind == "buffer":
                 setattr(*value, move_array(getattr(*value)))
+            else:
+                move_node(value)
         for module in _modules(self):
             module._forget_graph()
         return self
@@ -203,8 +214,10 @@ def _is_graph(value):
 
 
 def _walk(root):
-    """``(name, value, kind)`` for every parameter (kind "var", value the NetVar) and buffer
-    (kind "buffer", value ``(owner, attribute)``) under ``root``, each once."""
+    """``(name, value, kind)`` for every parameter (kind "var", value the NetVar), constant
+    (kind "constant": a leaf NetVar that needs no gradient, held by a Module whose
+    ``constants_in_state`` is True) and buffer (kind "buffer", value ``(owner, attribute)``)
+    under ``root``, each once."""
     found, seen_vars, seen_objects, names = [], set(), set(), set()
 
     def add(name, value, kind):
@@ -214,26 +227,31 @@ def _walk(root):
         names.add(name)
         found.append((name, value, kind))
 
-    def visit(prefix, value):
+    def visit(prefix, value, constants):
         if isinstance(value, NetVar):
-            if value.requires_grad and not value._parents and id(value) not in seen_vars:
+            if value._parents or id(value) in seen_vars:
+                return
+            if value.requires_grad:
                 seen_vars.add(id(value))
                 add(prefix, value, "var")
+            elif constants:
+                seen_vars.add(id(value))
+                add(prefix, value, "constant")
             return
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                visit(dotted(prefix, str(i)), item)
+                visit(dotted(prefix, str(i)), item, constants)
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                visit(dotted(prefix, str(key)), item)
+                visit(dotted(prefix, str(key)), item, constants)
             return
         if isinstance(value, type) or id(value) in seen_objects:
             return
         if isinstance(value, Module):
             seen_objects.add(id(value))
             for name, item in value.members():
-                visit(dotted(prefix, name), item)
+                visit(dotted(prefix, name), item, value.constants_in_state)
         names = getattr(type(value), "buffers", ())
         if names and isinstance(names, tuple):
             seen_objects.add(id(value))
@@ -241,7 +259,7 @@ def _walk(root):
                 if backend.is_array(getattr(value, attribute, None)):
                     add(dotted(prefix, attribute), (value, attribute), "buffer")
 
-    visit("", root)
+    visit("", root, root.constants_in_state)
     return found
 
 

@@ -81,7 +81,7 @@ def test_state_round_trip_into_a_fresh_instance_gives_identical_outputs():
     with nn.train_mode(True):
         trained(np.random.default_rng(2).standard_normal((5, 3)))      # moves the statistics
     state = trained.state()
-    assert set(state) == set(NAMES) | {"stats.running_mean", "stats.running_var"}
+    assert set(state) == set(NAMES) | {"mask", "stats.running_mean", "stats.running_var"}
     assert all(isinstance(a, np.ndarray) for a in state.values())
     keep = fresh.vars
     fresh.load_state(state)
@@ -91,6 +91,35 @@ def test_state_round_trip_into_a_fresh_instance_gives_identical_outputs():
         np.testing.assert_array_equal(fresh(x).data, trained(x).data)
     np.testing.assert_array_equal(fresh.stats.running_var, trained.stats.running_var)
     assert fresh.blocks[1].scale is fresh.shared         # still shared after loading
+
+
+class Frozen(nn.Module):
+    def __init__(self, seed):
+        self.emb = nn.layers.Embedding(5, 3, seed=seed)
+        self.emb.table.requires_grad = False           # frozen, the PyTorch way
+        self.fc = nn.layers.Linear(3, 2, seed=seed)
+
+    def forward(self, tokens):
+        return self.fc(self.emb(tokens))
+
+
+def test_a_frozen_weight_is_saved_loaded_and_refused_when_missing_but_never_trained(tmp_path):
+    # it was left out of state() and of the file, and a load kept the fresh model's own table
+    trained, fresh = Frozen(0), Frozen(1)
+    assert list(trained.named_vars()) == ["fc.W", "fc.b"]
+    assert list(trained.named_constants()) == ["emb.table"]
+    assert set(trained.state()) == {"emb.table", "fc.W", "fc.b"}
+    nn.save(tmp_path / "frozen.npz", trained)
+    nn.load(tmp_path / "frozen.npz", fresh)
+    np.testing.assert_array_equal(fresh.emb.table.data, trained.emb.table.data)
+    assert not fresh.emb.table.requires_grad
+    tokens = np.array([[0, 4], [2, 2]])
+    np.testing.assert_array_equal(fresh(tokens).data, trained(tokens).data)
+    other = Frozen(2)
+    state = trained.state()
+    del state["emb.table"]
+    with pytest.raises(KeyError, match="the state has no 'emb.table'"):
+        other.load_state(state)
 
 
 def test_state_is_a_copy():

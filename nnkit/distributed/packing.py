@@ -15,7 +15,8 @@ _buffers = {}      # (device, dtype) -> (ids of the parameters, their gradient b
 
 def _collect(where, params, buffers):
     """``(array, owner)`` for every parameter (owner: its NetVar) and, with ``buffers``, every
-    buffer of the Modules given (owner None), each once, in a deterministic order.
+    constant (owner: its NetVar) and buffer (owner None) of the Modules given, each once, in
+    a deterministic order.
 
     ``params``: a Module, or a list, tuple or dict of NetVars and Modules. Refused: anything
     else, naming where it is.
@@ -37,7 +38,9 @@ def _collect(where, params, buffers):
         elif isinstance(value, Module):
             for p in value.vars:
                 add(p.data, p)
-            if buffers:
+            if buffers:             # (a frozen weight, too: every rank starts from root's)
+                for p in value.named_constants().values():
+                    add(p.data, p)
                 for array in value.named_buffers().values():
                     add(array, None)
         elif isinstance(value, collections.abc.Mapping):

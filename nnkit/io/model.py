@@ -65,7 +65,8 @@ def check_model(model, where="save"):
         else:
             hint = "; write [w] or {'w': w}" if isinstance(model, NetVar) else ""
             raise TypeError(f"{where}: the model must be {_KINDS}, got {_got(model)}{hint}")
-        return _Model(root, root.named_vars(), root.named_buffers())
+        return _Model(root, {**root.named_vars(), **root.named_constants()},
+                      root.named_buffers())
     except (TypeError, ValueError) as error:
         if str(error).startswith(f"{where}:"):
             raise

@@ -40,6 +40,8 @@ class FFN(Module):
     training ``w`` would not change it).
     """
 
+    constants_in_state = False      # its constants are op arguments, saved with its topology
+
     def __init__(self, *topology):
         self.topology = list(topology)
         self.output = None
