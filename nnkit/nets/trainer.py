@@ -25,7 +25,8 @@ iterator (a generator, ``iter(...)``, ``nn.minibatches(...)``) is refused for mo
 epoch before anything trains.
 
 Each epoch's logs hold ``epoch``, ``loss``, every metric, ``val_loss`` and ``val_<metric>``
-with validation data, ``lr``, ``samples`` and ``time`` (seconds). ``fit`` returns
+with validation data, ``lr`` (the rate of the epoch's last update), ``samples`` and ``time``
+(seconds). ``fit`` returns
 ``trainer.history`` (a ``History``: dict of lists of those logs).
 
 Over several processes, ``hooks=[nnkit.distributed.DataParallel(model)]`` makes the Trainer
@@ -231,6 +232,7 @@ class Trainer:
             if self._stopping():
                 self.optimizer.reset()
                 return None
+            rate = self.optimizer.lr        # what this update uses (a schedule may step after)
             self.optimizer.step()
             self.steps += 1
             self.batch += 1
@@ -249,7 +251,7 @@ class Trainer:
             self.parallel.average_buffers()
         return {"epoch": self.epoch, "loss": loss_metric.value,
                 **{name: metric.value for name, metric in self.metrics.items()},
-                "lr": self.optimizer.lr, "samples": loss_metric.count,
+                "lr": rate, "samples": loss_metric.count,
                 "time": time.perf_counter() - started}
 
     def evaluate(self, batches):

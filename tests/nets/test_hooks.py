@@ -180,9 +180,10 @@ def test_lr_schedule_per_epoch_per_step_and_on_plateau():
         _batches(x, y), epochs=3)
     assert history["lr"] == [1.0, 0.5, 0.25] and opt.lr == 0.125
     opt = nn.GD(params, lr=1.0)
-    nn.Trainer(step, opt, hooks=[nn.LRSchedule(nn.ExponentialLR(opt, 0.5), every="step")]).fit(
-        _batches(x, y), epochs=1)
+    history = nn.Trainer(step, opt, hooks=[nn.LRSchedule(nn.ExponentialLR(opt, 0.5),
+                                                         every="step")]).fit(_batches(x, y))
     assert opt.lr == 0.5 ** 4
+    assert history["lr"] == [0.5 ** 3]          # the rate the epoch's last update used
     opt = nn.GD(params, lr=0.0)
     plateau = nn.ReduceOnPlateau(opt, patience=0)
     opt.lr = plateau.base = 1e-9
