@@ -262,8 +262,10 @@ class NetVar(ArrayLike):
             seed = backend.array_module(self._data).ones_like(self._data)
         else:
             seed = _gradient_from_user(g, self, f"back(): the seed gradient of {self._describe()}")
+            if seed is g or seed is getattr(g, "_data", None):
+                seed = seed.copy()      # the caller's array: the gradients must not follow it
         nodes = _reverse_topological(self)
-        self.accumulate(seed)      # kept as shared when stored: the caller's array is never edited
+        self.accumulate(seed)
         return _propagate(nodes, trace)
 
     # -- the graph
@@ -409,10 +411,14 @@ def _propagate(nodes, trace=False):
         recorder = _recorder()
         observers = observers + [recorder]
     stamp = _edits
-    for node in nodes:
-        if node._g is not None:
+    # An edit since the oldest op was built (nodes run newest first): check every node before
+    # any gradient changes, so that a refused pass leaves every leaf's .g as it was.
+    if nodes and nodes[-1]._pversion < stamp:
+        for node in nodes:
             if node._pversion < stamp:
                 _check_versions(node)
+    for node in nodes:
+        if node._g is not None:
             if observers:
                 for observer in observers:
                     observer.before(node)
@@ -425,6 +431,7 @@ def _propagate(nodes, trace=False):
                 node._back(parents[0])
             else:
                 node._back(*parents)
+            node._gshared = True      # its parents may hold its array now: .g copies first
             if observers:
                 for observer in observers:
                     observer.after(node)
@@ -459,6 +466,10 @@ _creation_index = operator.attrgetter("_index")     # a C-level sort key: no Pyt
 
 
 def _check_versions(node):
+    if getattr(node, "_version", 0) > node._pversion:       # its own output: _back may read it
+        raise InplaceEditError(
+            f"back(): the data of {node._describe()} was changed after the op computed it, so "
+            "the gradients through it would be wrong; rebuild the graph after editing")
     for position, parent in enumerate(node._parents):
         if getattr(parent, "_version", 0) > node._pversion:    # op nodes: unset until edited
             raise InplaceEditError(

@@ -605,3 +605,22 @@ def test_a_string_is_never_parsed_as_a_number():
                  lambda: nn.NetVar([1.0]) * "2"):
         with pytest.raises(TypeError, match=r"cannot make a numeric array from str '2"):
             make()
+
+
+def test_editing_an_op_nodes_g_after_back_leaves_its_inputs_gradients_alone():
+    # Add hands its own gradient array to both inputs: an edit through c.g reached a.g and b.g
+    a, b = nn.NetVar(np.ones((1, 2))), nn.NetVar(np.ones((1, 2)))
+    c = a + b
+    (c * 1.0 + c).sum().back()
+    c.g[...] = 100
+    np.testing.assert_array_equal(c.g, [[100.0, 100.0]])
+    np.testing.assert_array_equal(a.g, [[2.0, 2.0]])
+    np.testing.assert_array_equal(b.g, [[2.0, 2.0]])
+
+
+def test_a_seed_array_edited_after_back_changes_no_gradient():
+    x = nn.NetVar(np.ones((1, 2)))
+    seed = np.array([[1.0, 2.0]])
+    (x + 0.0).back(seed)
+    seed[...] = 99
+    np.testing.assert_array_equal(x.g, [[1.0, 2.0]])

@@ -166,3 +166,24 @@ def test_an_array_an_op_keeps_edited_in_place_is_caught_in_anomaly_mode():
         z = nn.Sum(x * scale)                 # rebuilt after the edit: fine
         z.back()
     np.testing.assert_array_equal(x.g, [[2.0, 5.0, 2.0]])
+
+
+def test_a_back_refused_late_in_the_pass_leaves_every_leaf_gradient_as_it_was():
+    # b's branch runs before the edited a's op is reached: b.g used to be filled already
+    a, b = nn.NetVar(np.ones((1, 2))), nn.NetVar(np.ones((1, 2)))
+    loss = (a * 2.0).sum() + (b * 3.0).sum()
+    a.data = a.data + 1
+    with pytest.raises(nn.InplaceEditError, match="input 0 of Mul"):
+        loss.back()
+    assert a._g is None and b._g is None
+
+
+def test_editing_an_ops_own_output_after_it_was_computed_is_refused():
+    # Tanh's rule reads its output: an edited one gave a silently wrong gradient
+    x = nn.NetVar(np.array([[0.5, 1.0]]))
+    y = nn.Tanh(x)
+    y.data = np.zeros((1, 2))
+    with pytest.raises(nn.InplaceEditError, match=r"the data of Tanh #\d+ of shape \(1, 2\) was "
+                                                  r"changed after the op computed it"):
+        y.back()
+    assert x._g is None
