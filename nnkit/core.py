@@ -139,8 +139,13 @@ class NetVar(ArrayLike):
         elif value.dtype.kind not in "biuf":
             raise TypeError(f".data of {self._describe()}: cannot hold an array of dtype "
                             f"{value.dtype}")
+        if value.dtype.kind in "biu" and self._data.dtype.kind == "f":
+            value = value.astype(self._data.dtype)     # a float node stays float (its gradient)
         if value.shape != self._data.shape:
             self.reset()                  # a gradient of the old shape would be wrong
+        elif self._g is not None and self._g.dtype != value.dtype:
+            self._g = self._g.astype(value.dtype)      # .g keeps the node's dtype
+            self._gshared = False
         self._data = value
         self.mark_edited()
 

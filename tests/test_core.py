@@ -624,3 +624,14 @@ def test_a_seed_array_edited_after_back_changes_no_gradient():
     (x + 0.0).back(seed)
     seed[...] = 99
     np.testing.assert_array_equal(x.g, [[1.0, 2.0]])
+
+
+def test_integer_data_given_to_a_float_node_is_taken_as_floats():
+    # the int64 data made int64 gradients: 0.5 each, truncated to 0
+    w = nn.NetVar(np.ones((2, 2)))
+    w.data = np.array([[1, 2], [3, 4]])
+    assert w.dtype == np.float64
+    (w * 0.5).sum().back()
+    np.testing.assert_array_equal(w.g, np.full((2, 2), 0.5))
+    w.data = np.ones((2, 2), np.float32)           # another float dtype: .g follows it
+    assert w.g.dtype == np.float32
