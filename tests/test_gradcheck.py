@@ -60,3 +60,28 @@ def test_gradcheck_refuses_calls_with_nothing_to_check(rng):
         nn.gradcheck(nn.Tanh, var64(rng, 2, 2, requires_grad=False))
     with pytest.raises(TypeError, match=r"gradcheck: f must return a node, got ndarray"):
         nn.gradcheck(lambda a: a.data * 2, var64(rng, 2, 2))
+
+
+def test_a_strided_input_is_perturbed_in_place_not_in_a_copy():
+    # x.T's reshape(-1) was a copy: every numeric derivative came out 0, a false failure
+    x = nn.NetVar(np.arange(6.0).reshape(3, 2).T)
+    assert not x.data.flags.c_contiguous
+    assert nn.gradcheck(lambda v: v * v, x)
+
+
+def test_gradcheck_leaves_inputs_and_their_gradients_as_they_were():
+    x = nn.NetVar(np.array([[1.0, 2.0]]))
+    x.g = np.array([[5.0, 6.0]])                       # a gradient the user accumulated
+    assert nn.gradcheck(lambda v: v * 3.0, x)
+    np.testing.assert_array_equal(x.g, [[5.0, 6.0]])
+    calls = []
+
+    def fails_later(v):
+        calls.append(1)
+        if len(calls) > 2:
+            raise RuntimeError("boom")
+        return v * 3.0
+
+    with pytest.raises(RuntimeError, match="boom"):
+        nn.gradcheck(fails_later, x)
+    np.testing.assert_array_equal(x.data, [[1.0, 2.0]])     # not left perturbed
