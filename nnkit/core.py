@@ -6,6 +6,7 @@ an explicit stack (no recursion), orders them by creation index (parents are alw
 before their children, so descending index is a reverse topological order) and calls each
 ``_back`` exactly once, after all of its consumers have contributed to its gradient.
 """
+import copy
 import itertools
 import operator
 import threading
@@ -272,6 +273,21 @@ class NetVar(ArrayLike):
         nodes = _reverse_topological(self)
         self.accumulate(seed)
         return _propagate(nodes, trace)
+
+    def __deepcopy__(self, memo):
+        """An independent copy (data, gradient, parents copied) with a creation index of its
+        own: drawings and traces tell nodes apart by it."""
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        for klass in type(self).__mro__:
+            slots = getattr(klass, "__slots__", ())
+            for name in (slots,) if isinstance(slots, str) else slots:
+                if name != "__weakref__" and hasattr(self, name):
+                    setattr(clone, name, copy.deepcopy(getattr(self, name), memo))
+        if hasattr(self, "__dict__"):            # a user's op without __slots__
+            clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        clone._index = next(_counter)            # after its parents' copies: still larger
+        return clone
 
     # -- the graph
     def detach(self):

@@ -635,3 +635,19 @@ def test_integer_data_given_to_a_float_node_is_taken_as_floats():
     np.testing.assert_array_equal(w.g, np.full((2, 2), 0.5))
     w.data = np.ones((2, 2), np.float32)           # another float dtype: .g follows it
     assert w.g.dtype == np.float32
+
+
+def test_a_deep_copy_has_its_own_creation_index():
+    # a copied model's parameters kept their originals' indices: drawings merged the two and
+    # Trace.gradients() (keyed by index) read one for the other
+    import copy
+    w = nn.NetVar(np.ones((1, 2)), name="w")
+    v = copy.deepcopy(w)
+    assert v.index != w.index and v.name == "w" and v.data is not w.data
+    np.testing.assert_array_equal(v.data, w.data)
+    loss = (w * 2.0 - v).sum()
+    gradients = loss.back(trace=True).gradients()
+    np.testing.assert_array_equal(gradients[w.index], [[2.0, 2.0]])
+    np.testing.assert_array_equal(gradients[v.index], [[-1.0, -1.0]])
+    y = copy.deepcopy(w * 3.0)                       # an op node: after its copied parent
+    assert y.index > y.parents[0].index and y.parents[0] is not w
