@@ -74,7 +74,7 @@ class Metric:
                              f"min {weight.min()}")
         per_position = values.size // weight.size if weight.size else 0
         weight = weight.reshape(weight.shape + (1,) * (values.ndim - weight.ndim))
-        self.total += float((values * weight).sum())
+        self.total += float((numpy.where(weight != 0, values, 0) * weight).sum())   # (NaN padding)
         self.count += float(weight.sum()) * per_position
         return self
 

@@ -69,6 +69,13 @@ def _class_weight(op, weight, C, dtype, xp):
     return weight.reshape(C)
 
 
+def _counted(values, shares, xp):
+    """``values`` with 0 where the share is 0 (ignored, masked or weightless positions): such a
+    position counts for nothing even when its value is ±inf (a masked log-probability), where
+    value · 0 would be NaN."""
+    return xp.where(shares != 0, values, 0)
+
+
 def _index_shares(op, what, td, zd, valid, weight, ignore_index):
     """Class-index targets over M positions of C classes: (index per position, its share).
 
@@ -115,7 +122,7 @@ class SoftmaxCELoss(Loss):
     positions as z does ((B, T) labels for (T, B, C) logits are refused); probability targets
     must lie in [0, 1] (checked on CuPy inside detect_anomaly()).
     """
-    __slots__ = ("indices", "idx", "coef", "tw", "logp", "weight")
+    __slots__ = ("indices", "idx", "coef", "tw", "logp", "weight", "shielded")
 
     def __init__(self, z, t, mask=None, lengths=None, weight=None, ignore_index=None):
         if not isinstance(z, NetVar):
@@ -138,7 +145,7 @@ class SoftmaxCELoss(Loss):
             self.idx, self.coef = _index_shares("SoftmaxCELoss", "logits", td, zd, valid,
                                                 weight, ignore_index)
             picked = logp[xp.arange(M), self.idx]
-            value = -(picked * self.coef).sum()
+            value = -(_counted(picked, self.coef, xp) * self.coef).sum()
         else:
             if ignore_index is not None:
                 raise ValueError("SoftmaxCELoss: ignore_index needs class-index targets")
@@ -154,9 +161,10 @@ class SoftmaxCELoss(Loss):
             keep = xp.ones(M, dtype=zd.dtype) if valid is None else valid.astype(zd.dtype)
             self.coef = keep / keep.sum()
             self.tw = tw
-            value = -((tw * logp).sum(axis=1) * self.coef).sum()
+            value = -(_counted((tw * logp).sum(axis=1), self.coef, xp) * self.coef).sum()
         self.logp = logp
         self.weight = weight
+        self.shielded = valid is not None or ignore_index is not None or weight is not None
         parents = (z, t) if isinstance(t, NetVar) else (z,)
         super().__init__(_scalar(value, xp).astype(zd.dtype, copy=False), *parents)
 
@@ -173,6 +181,8 @@ class SoftmaxCELoss(Loss):
                 dz *= coef
             else:
                 dz = (softmax * self.tw.sum(axis=1, keepdims=True) - self.tw) * coef
+            if self.shielded:           # a position that does not count gets 0, even from inf
+                dz = xp.where(coef != 0, dz, 0)
             z.accumulate(dz.reshape(z._data.shape))
         if t is not None and t.requires_grad and not self.indices:
             dt = -self.logp * coef
@@ -287,8 +297,8 @@ class NLLLoss(Loss):
                      hint="; apply LogSoftmax to scores first, or use SoftmaxCELoss on logits")
         self.rows = xp.arange(self.idx.size)
         picked = ld.reshape(-1, C)[self.rows, self.idx]
-        super().__init__(_scalar(-(picked * self.coef).sum(), xp).astype(ld.dtype, copy=False),
-                         logp)
+        value = -(_counted(picked, self.coef, xp) * self.coef).sum()
+        super().__init__(_scalar(value, xp).astype(ld.dtype, copy=False), logp)
 
     def _back(self, logp):
         xp = backend.array_module(logp._data)

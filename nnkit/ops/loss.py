@@ -16,6 +16,7 @@ import numpy
 
 from .. import backend, checks, core
 from ..core import NetOp, NetVar, constant
+from .math import Where
 
 
 class Loss(NetOp):
@@ -281,7 +282,7 @@ class MSELoss(Loss):
                 m = _valid_mask("MSELoss", shape[:md.ndim], md, None, xp)
             m = m.reshape(m.shape + (1,) * (len(shape) - m.ndim))
             m = xp.broadcast_to(m, shape).astype(p._data.dtype)
-            r = r * m
+            r = xp.where(m != 0, r, 0)        # padding counts for nothing, NaN or inf included
             n = m.sum()
             self.m = m
         self.r = r
@@ -295,5 +296,5 @@ class MSELoss(Loss):
             t.accumulate(-dp)
 
     def _grads(self, g, p, t):
-        r = p - t if self.m is None else (p - t) * self.m      # the mask m is a constant
+        r = p - t if self.m is None else Where(self.m != 0, p - t, 0.0)   # m is a constant
         return _opposite(g.reshape(()) * r * (2 / self.n), t)

@@ -200,3 +200,34 @@ def test_value_checks_read_device_data_only_inside_detect_anomaly():
     with pytest.raises(ValueError, match=r"outside \[-inf, 0\]"):
         _check_range("NLLLoss", "log-probabilities", np.array([0.5]), high=0)
     _check_range("CELoss", "prediction", np.array([0.0, np.nan, 1.0]), 0, 1)   # NaN shows anyway
+
+
+def test_positions_that_do_not_count_count_for_nothing_even_when_not_finite():
+    # an ignored or masked position got index 0 and share 0, and ±inf · 0 made the loss NaN
+    z = np.random.default_rng(0).standard_normal((3, 4))
+    keep = np.array([False, True, True, True])
+    logp = nn.LogSoftmax(nn.NetVar(z), mask=keep)          # −inf in column 0
+    torch = pytest.importorskip("torch")
+    expected = torch.nn.functional.nll_loss(torch.tensor(logp.data), torch.tensor([1, -100, 3]))
+    ignored = nn.NLLLoss(logp, np.array([1, -100, 3]), ignore_index=-100)
+    np.testing.assert_allclose(ignored.item(), expected.item(), rtol=1e-12)
+    masked = nn.NLLLoss(logp, np.array([1, 0, 3]), mask=np.array([True, False, True]))
+    np.testing.assert_allclose(masked.item(), expected.item(), rtol=1e-12)
+    wild = z.copy()
+    wild[1] = np.inf                                       # garbage in a masked row
+    x = nn.NetVar(wild)
+    loss = nn.SoftmaxCELoss(x, np.array([1, 2, 3]), mask=np.array([True, False, True]))
+    loss.back()
+    clean = nn.NetVar(z[[0, 2]])
+    nn.SoftmaxCELoss(clean, np.array([1, 3])).back()
+    np.testing.assert_allclose(loss.item(), nn.SoftmaxCELoss(nn.NetVar(z[[0, 2]]),
+                                                             np.array([1, 3])).item())
+    np.testing.assert_allclose(x.g[[0, 2]], clean.g, rtol=1e-12)
+    assert (x.g[1] == 0).all()
+    p = np.zeros((3, 2, 1))
+    t = np.full((3, 2, 1), np.nan)
+    t[:2, 0] = 1.0
+    t[0, 1] = 2.0                                          # lengths 2 and 1, NaN padding
+    np.testing.assert_allclose(nn.MSELoss(nn.NetVar(p), t, lengths=[2, 1]).item(), 2.0)
+    mse = nn.MSE().update(p, t, mask=np.array([[1, 1], [1, 0], [0, 0]]))
+    np.testing.assert_allclose(mse.value, 2.0)
