@@ -71,7 +71,9 @@ def constant(value, like=None, dtype=None):
     """A NetVar that needs no gradient, holding ``value`` as it is (no row promotion).
 
     A Python number or list adopts the dtype (and device) of ``like``, as a Python scalar
-    operand does in NumPy 2; ``dtype`` sets one (``dtype=bool`` keeps a mask boolean).
+    operand does in NumPy 2, and so does an integer or boolean array beside a float ``like``
+    (exact in float64: 123456789 stays 123456789); ``dtype`` sets one (``dtype=bool`` keeps a
+    mask boolean).
     """
     if isinstance(value, NetVar):
         return value
@@ -81,8 +83,10 @@ def constant(value, like=None, dtype=None):
     elif (kind is float or kind is int) and like is not None and dtype is None and \
             type(like._data) is _ndarray:
         data = numpy.asarray(value, like._data.dtype)
-    elif like is not None and dtype is None and isinstance(
-            value, (int, float, bool, numpy.number, list, tuple)):
+    elif like is not None and dtype is None and (isinstance(
+            value, (int, float, bool, numpy.number, list, tuple)) or (
+            backend.is_array(value) and value.dtype.kind in "biu"
+            and like._data.dtype.kind == "f")):
         data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
     else:
         data = as_array(value, dtype, "constant")

@@ -81,3 +81,13 @@ def test_pow_takes_numpy_numbers(rng):
 def test_unary_gradcheck(op, positive, rng):
     nn.gradcheck(op, var64(rng, 3, 5, positive=positive))
     nn.gradcheck(op, var64(rng, 2, 3, 4, positive=positive))
+
+
+def test_an_integer_array_operand_takes_the_float_nodes_dtype_exactly():
+    # it became a float32 constant: 123456789 → 123456792 beside float64 data
+    x = nn.NetVar(np.array([[0.0]]))
+    assert (x + np.array([[123456789]])).item() == 123456789.0
+    assert (np.array([[16777217]]) - x).item() == 16777217.0
+    assert nn.L2Loss(nn.NetVar(np.array([[16777217.0]])), np.array([[16777217]])).item() == 0.0
+    h = nn.NetVar(np.ones((1, 2), np.float32))
+    assert (h * np.array([[2, 3]])).dtype == np.float32      # the node's dtype, as documented
