@@ -89,12 +89,14 @@ class Accuracy(Metric):
     (probabilities or logits; the class is the argmax over the last axis) or class indices of
     the same shape as ``targets``; ``targets`` are class indices ``(...)`` or one-hot
     ``(..., C)`` (rows in [0, 1] summing to 1). Each valid position counts once (weight 1, or
-    its mask value).
+    its mask value). Predictions of integer or boolean dtype are always class indices, so
+    ``(T, B)`` class indices with ``B == C`` are never read as one-hot rows.
 
     Raises ValueError rather than guess: for shapes that match neither reading, for one score
     per position (``(B, 1)``: threshold it, ``predictions > 0.5``, to give class indices), and
     for same-shape arrays that are neither class indices (whole numbers) nor scores with
-    one-hot targets.
+    one-hot targets, and for whole-number float predictions beside integer targets whose rows
+    look one-hot (both readings fit).
     """
 
     def update(self, predictions, targets, mask=None):
@@ -109,7 +111,11 @@ class Accuracy(Metric):
         elif p.shape != t.shape:
             raise ValueError(f"Accuracy: predictions of shape {p.shape} do not match "
                              f"targets of shape {t.shape}")
-        elif p.ndim >= 2 and p.shape[-1] > 1 and _one_hot(t):
+        elif p.dtype.kind not in "biu" and p.ndim >= 2 and p.shape[-1] > 1 and _one_hot(t):
+            if t.dtype.kind in "biu" and _integral(p):
+                raise ValueError(f"Accuracy: predictions and targets of shape {p.shape} read both "
+                                 "as class indices and as scores with one-hot targets; give "
+                                 "class indices as integer arrays, one-hot targets as floats")
             p, t = p.argmax(axis=-1), t.argmax(axis=-1)       # scores and one-hot targets
         elif not (_integral(p) and _integral(t)):
             raise ValueError(f"Accuracy: predictions and targets of shape {p.shape} are neither "

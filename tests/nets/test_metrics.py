@@ -37,6 +37,19 @@ def test_accuracy_accepts_indices_and_one_hot(rng):
         nn.Accuracy().update(one_hot, labels[:5])
 
 
+def test_accuracy_reads_integer_predictions_as_class_indices():
+    # (T, B) = (3, 2) class indices whose target rows happen to look one-hot: 5 of 6 match
+    p = np.array([[1, 1], [1, 0], [0, 1]])
+    t = np.array([[0, 1], [1, 0], [0, 1]])
+    assert nn.Accuracy().update(p, t).value == pytest.approx(5 / 6)
+    # whole-number float predictions beside integer one-hot-looking targets: both readings fit
+    with pytest.raises(ValueError, match=r"Accuracy: .*shape \(3, 2\) read both"):
+        nn.Accuracy().update(p.astype(float), t)
+    # scores with integer one-hot targets still read as scores
+    scores = np.array([[0.2, 0.8], [0.9, 0.1], [0.3, 0.7]])
+    assert nn.Accuracy().update(scores, t).value == 1.0
+
+
 def test_masked_sequence_metrics_equal_full_data(rng):
     steps, batch, classes = 5, 30, 4
     logits = rng.standard_normal((steps, batch, classes))
