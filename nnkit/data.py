@@ -120,14 +120,18 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     x, lengths: ``pad_sequences`` of the batch's sequences (x (T, B) or (T, B, F), time-major).
     targets: None; one label per sequence (an array of N labels, or a list of numbers), giving
     t of shape (B, ...); or a list of target sequences (e.g. next tokens) as long as their
-    input sequences, padded with 0 like x.
+    input sequences, padded with 0 like x and time-major like it: t (T, B, ...). An array
+    (N, T, ...) beside N sequences that all have T steps holds target sequences (t (T, B, ...)),
+    not labels of shape (T, ...).
     shuffle: a new random order, drawn from ``seed`` (None: nnkit's global generator, seeded
     by ``nnkit.seed``; an int: a fresh generator, hence the same order on every call; a
     ``numpy.random.Generator``: used as it is, a new order each call).
     bucket: False, True or k. Batches group sequences of similar length so padding stays small:
     the (shuffled) sequences are taken k·batch_size at a time (all of them for True), sorted
     by length inside each pool and cut into batches, and the batches are shuffled.
-    drop_last: skip a final batch smaller than batch_size.
+    drop_last: yield only full batches: N mod batch_size sequences are left out of the epoch,
+    taken from the end of the (shuffled) order before any bucketing, so with ``shuffle`` they
+    are a different random few each epoch (never always the longest).
     device: where x and t are yielded: None or 'cpu' (NumPy), 'gpu' or 'gpu:N' (CuPy), e.g.
     ``device=model.vars[0].device``. lengths stay NumPy: the recurrent ops read them on the
     host to schedule their steps.
@@ -141,6 +145,9 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     batch_size, a shuffle or drop_last that is not a bool; ValueError for a wrong value), before
     the shuffle draws from the global generator. The result is a one-shot iterator: to train
     for several epochs, call ``minibatches`` once per epoch (``lambda: nn.minibatches(...)``).
+    Each batch is a tuple with a ``weight`` attribute, its weight in an epoch's mean loss (read
+    by ``Trainer`` when step_fn returns only the loss): the number of sequences B with labels,
+    the number of valid steps ``lengths.sum()`` with target sequences or without targets.
     """
     move = _mover(device)
     arrays, dtype = _as_arrays(seqs, "minibatches")
@@ -174,16 +181,19 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
                                      f"but its target sequence has {len(t)}")
         else:
             targets = numpy.asarray(targets)
+            if targets.ndim >= 2 and all(len(a) == targets.shape[1] for a in arrays):
+                # (N, T, ...) beside N sequences of T steps: a target per step, time-major as x
+                targets, target_dtype = list(targets), targets.dtype
     rng = backend.as_generator(seed, "minibatches")
     order = rng.permutation(N) if shuffle else numpy.arange(N)
+    if drop_last:       # before bucketing, so the dropped rows are a random few, not the longest
+        order = order[:N - N % batch_size]
     if bucket:
         pool = N if isinstance(bucket, (bool, numpy.bool_)) else int(bucket) * batch_size
         lengths = numpy.array([len(a) for a in arrays])
-        order = numpy.concatenate([chunk[numpy.argsort(lengths[chunk], kind="stable")]
-                                   for chunk in numpy.array_split(order, range(pool, N, pool))])
-    batches = [order[start:start + batch_size] for start in range(0, N, batch_size)]
-    if drop_last and batches and len(batches[-1]) < batch_size:
-        batches.pop()
+        order = numpy.concatenate([chunk[numpy.argsort(lengths[chunk], kind="stable")] for chunk
+                                   in numpy.array_split(order, range(pool, len(order), pool))])
+    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
     if bucket and shuffle:
         batches = [batches[k] for k in rng.permutation(len(batches))]
     if shard:
@@ -224,13 +234,24 @@ def _mover(device):
     return lambda array: backend.to_gpu(array, int(number) if number else None)
 
 
+class Batch(tuple):
+    """A minibatch ``(x, lengths)`` or ``(x, lengths, t)`` with its ``weight`` in a mean loss."""
+
+    def __new__(cls, items, weight):
+        batch = super().__new__(cls, items)
+        batch.weight = weight
+        return batch
+
+
 def _padded(batches, arrays, dtype, value, targets, target_dtype, move):
     """The generator behind ``minibatches`` (so that bad arguments raise at the call)."""
     for rows in batches:
         x, lengths = _pad([arrays[k] for k in rows], dtype, value)
+        steps = int(lengths.sum())
         if targets is None:
-            yield move(x), lengths
+            yield Batch((move(x), lengths), steps)
         elif target_dtype is not None:
-            yield move(x), lengths, move(_pad([targets[k] for k in rows], target_dtype, 0)[0])
+            t = _pad([targets[k] for k in rows], target_dtype, 0)[0]
+            yield Batch((move(x), lengths, move(t)), steps)
         else:
-            yield move(x), lengths, move(targets[rows])
+            yield Batch((move(x), lengths, move(targets[rows])), len(rows))

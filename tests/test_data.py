@@ -107,6 +107,48 @@ def test_minibatches_per_step_targets_and_drop_last(rng):
         nn.minibatches(seqs[:3] + [np.ones((2, 3))], batch_size=2, shuffle=False)
 
 
+def test_drop_last_with_buckets_leaves_out_a_random_few_not_the_longest(rng):
+    # one sequence longer than all others: bucketing sorts it last, and dropping the last
+    # (short) batch after bucketing left it out of every epoch
+    seqs = [np.ones(n) for n in (2, 3, 2, 4, 3, 2, 3, 2, 3, 9)]
+    labels = np.arange(10)
+    longest_seen, full_batches = 0, True
+    for seed in range(20):
+        rows = [t for _, _, t in nn.minibatches(seqs, labels, batch_size=3, bucket=True,
+                                                 drop_last=True, seed=seed)]
+        full_batches &= [len(t) for t in rows] == [3, 3, 3]
+        longest_seen += any(9 in t for t in rows)
+    assert full_batches and 0 < longest_seen < 20
+    # without a shuffle the last sequences of the given order are left out, as without buckets
+    plain = [t.tolist() for _, _, t in nn.minibatches(seqs, labels, batch_size=3,
+                                                      shuffle=False, drop_last=True)]
+    assert plain == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+
+def test_target_array_of_equal_length_sequences_is_time_major_like_x(rng):
+    # an (N, T) array of per-step targets beside N sequences of T steps: t is (T, B) like x,
+    # not the batch-major (B, T) rows (wrong at once when T == B)
+    x_all = rng.integers(0, 5, (6, 4))
+    t_all = x_all + 10
+    for x, lengths, t in nn.minibatches(x_all, t_all, batch_size=4, seed=0):
+        assert x.shape == t.shape == (4, len(lengths))
+        np.testing.assert_array_equal(t, x + 10)
+    # one label per sequence of another length stays (B, K)
+    labels = rng.standard_normal((6, 3))
+    for x, lengths, t in nn.minibatches(x_all, labels, batch_size=4, shuffle=False):
+        assert t.shape == (len(lengths), 3)
+
+
+def test_minibatches_batches_carry_their_weight(rng):
+    seqs = [np.ones(n) for n in (3, 1, 4, 2)]
+    by_label = list(nn.minibatches(seqs, np.arange(4), batch_size=4, shuffle=False))
+    by_step = list(nn.minibatches(seqs, [np.ones(n) for n in (3, 1, 4, 2)], batch_size=4))
+    alone = list(nn.minibatches(seqs, batch_size=4))
+    assert by_label[0].weight == 4 and by_step[0].weight == 10 and alone[0].weight == 10
+    x, lengths, t = by_label[0]                     # still a plain tuple to unpack
+    assert x.shape == (4, 4) and t.shape == (4,)
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"batch_size": None}, TypeError, "batch_size must be a positive integer, got NoneType"),
     ({"batch_size": 2.5}, TypeError, "batch_size must be a positive integer, got float 2.5"),

@@ -34,7 +34,9 @@ all-reduce the gradients before each step, sum the epoch's loss and metrics over
 the output hooks (``ProgressBar``, ``SaveBest``, ``PlotHistory``, any hook with
 ``root_only = True``) on rank 0 only and stop every rank together; ``DataParallel``'s docstring
 says where each happens. ``trainer.batch_weight`` is the current batch's weight in the epoch's
-mean (its rows, or ``mask.sum()``), which weights each rank's gradient.
+mean, which weights each rank's gradient: ``mask.sum()`` when step_fn returns a mask, else the
+positions of the predictions (all axes but the last), else the batch's ``weight`` attribute
+(``minibatches`` sets it: sequences, or valid steps), else the length of its first item.
 """
 
 __all__ = ['Trainer']
@@ -380,6 +382,8 @@ def _positions(batch, predictions, mask):
     if predictions is not None:
         shape = predictions.shape
         return math.prod(shape[:-1]) if len(shape) >= 2 else math.prod(shape)
+    if getattr(batch, "weight", None) is not None:        # minibatches' batches carry theirs
+        return batch.weight
     first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
     return len(first) if hasattr(first, "__len__") else 1
 

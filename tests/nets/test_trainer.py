@@ -49,6 +49,24 @@ def test_epoch_logs_equal_full_data_values_and_history():
     assert trainer.steps == 8 and history["lr"] == [0.0, 0.0]
 
 
+def test_a_loss_only_step_over_time_major_minibatches_weighs_each_batch_by_its_sequences():
+    # x is (T, B, F): the first item's length is T, the same for every batch, which weighted
+    # the batches of 3, 3 and 1 sequences alike
+    rng = np.random.default_rng(0)
+    seqs, labels = rng.standard_normal((7, 5, 2)), rng.integers(0, 2, 7)
+    w = nn.NetVar(rng.standard_normal((2, 2)))
+
+    def step(batch):
+        x, lengths, t = batch
+        return nn.SoftmaxCELoss(nn.NetVar(x, requires_grad=False).sum(axis=0) @ w, t)
+
+    trainer = nn.Trainer(step, nn.GD([w], lr=0.0))
+    history = trainer.fit(lambda: nn.minibatches(seqs, labels, batch_size=3, shuffle=False),
+                          epochs=1)
+    full = nn.SoftmaxCELoss(nn.NetVar(seqs.sum(axis=1)) @ w, labels).item()
+    assert history["loss"][0] == pytest.approx(full, rel=1e-12)
+
+
 def test_a_history_given_as_a_hook_is_the_trainers_and_runs_first():
     x, y = _problem()
     step, params = _model()
