@@ -14,6 +14,7 @@ class AdaGrad(Optimizer):
     """
     options = ("lr", "eps")
     state_arrays = ("s",)
+    state_squares = ("s",)
 
     def __init__(self, params, lr=0.01, eps=1e-10, modifiers=()):
         self.eps = eps

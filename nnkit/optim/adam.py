@@ -18,6 +18,7 @@ class Adam(Optimizer):
     unit_interval = ("momentum", "rms")
     state_arrays = ("m", "v")
     state_counts = ("t",)
+    state_squares = ("v",)
 
     def __init__(self, params, lr=0.001, momentum=0.9, rms=0.999, eps=1e-8, modifiers=()):
         self.momentum = momentum

@@ -52,6 +52,7 @@ class Optimizer:
     unit_interval = ()     # those of them that must lie in [0, 1)
     state_arrays = None    # a parameter's state arrays (None: not checked by load_state_dict)
     state_counts = ()      # a parameter's step counts (ints >= 1)
+    state_squares = ()     # state arrays of running squares (never negative)
 
     def __init__(self, params, lr, modifiers=()):
         """Subclasses set their other options as attributes before calling this."""
@@ -197,14 +198,23 @@ class Optimizer:
         params = [p for _, p, _ in pending]
         grads = [p._g for p in params]
         self._check_gradients(pending, grads, where, "")
-        for modifier in self.modifiers:
-            if hasattr(modifier, "modify_gradients"):
-                grads = list(modifier.modify_gradients(params, grads))
-                label = type(modifier).__name__
-                if len(grads) != len(params):
-                    raise ValueError(f"{where}: modifier {label} returned {len(grads)} "
-                                     f"gradients for {len(params)} parameters")
-                self._check_gradients(pending, grads, where, f" returned by {label}")
+        # what the modifiers record (ClipGradNorm.last_norm) is put back if a later one refuses
+        records = [(modifier.__dict__, dict(modifier.__dict__)) for modifier in self.modifiers
+                   if hasattr(modifier, "__dict__")]
+        try:
+            for modifier in self.modifiers:
+                if hasattr(modifier, "modify_gradients"):
+                    grads = list(modifier.modify_gradients(params, grads))
+                    label = type(modifier).__name__
+                    if len(grads) != len(params):
+                        raise ValueError(f"{where}: modifier {label} returned {len(grads)} "
+                                         f"gradients for {len(params)} parameters")
+                    self._check_gradients(pending, grads, where, f" returned by {label}")
+        except BaseException:
+            for attributes, record in records:
+                attributes.clear()
+                attributes.update(record)
+            raise
         updated = []
         defaults = current = None
         try:
@@ -366,6 +376,13 @@ class Optimizer:
                         raise ValueError(f"{where}: state '{key}' of parameter {position} has "
                                          f"shape {tuple(value.shape)}, the parameter has shape "
                                          f"{p.shape}")
+                    xp = backend.array_module(value)
+                    if not bool(xp.isfinite(value).all()):
+                        raise ValueError(f"{where}: state '{key}' of parameter {position} holds "
+                                         "values that are not finite (NaN or inf)")
+                    if key in self.state_squares and bool((value < 0).any()):
+                        raise ValueError(f"{where}: state '{key}' of parameter {position} is a "
+                                         "running square and holds negative values")
                 elif key in (self.state_arrays or ()):
                     raise ValueError(f"{where}: state '{key}' of parameter {position} must be "
                                      f"an array, got {type(value).__name__}")

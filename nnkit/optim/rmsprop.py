@@ -16,6 +16,7 @@ class RMSProp(Optimizer):
     options = ("lr", "rms", "eps")
     unit_interval = ("rms",)
     state_arrays = ("v",)
+    state_squares = ("v",)
 
     def __init__(self, params, lr=0.01, rms=0.99, eps=1e-8, modifiers=()):
         self.rms = rms

@@ -389,12 +389,17 @@ def test_a_modifier_returning_wrong_gradients_is_refused_before_any_update():
     for modifier, message in ((Truncate(), "returned 1 gradients for 2 parameters"),
                               (Reshape(), "the gradient of parameter 0 .* returned by Reshape")):
         opt, a, b = _trained(nn.Adam)
+        clip = opt.add_modifier(nn.ClipGradNorm(1.0))      # runs before the bad modifier
         ((a * a).sum() + (b * b).sum()).back()
+        opt.step()
+        norm = clip.last_norm
+        ((a * a).sum() * 2 + (b * b).sum()).back()
         opt.add_modifier(modifier)
         before = _copy_state(opt)
         with pytest.raises(ValueError, match=message):
             opt.step()
         _assert_same_state(opt, before)
+        assert clip.last_norm == norm       # the refused step's norm is not recorded
 
 
 BAD_OPTIONS = [
@@ -460,6 +465,11 @@ def test_load_state_dict_refuses_malformed_state_and_changes_nothing():
         "state 'm' of parameter 0 must be a float array":
             lambda s: s["state"][0].update(m=np.ones((3, 2), dtype=int)),
         "missing 'options'": lambda s: s.pop("options"),
+        # a corrupted state would make every later update NaN (sqrt of a negative v)
+        "state 'v' of parameter 1 is a running square and holds negative values":
+            lambda s: s["state"][1].update(v=-np.ones((1, 2))),
+        "state 'm' of parameter 0 holds values that are not finite":
+            lambda s: s["state"][0].update(m=np.full((3, 2), np.nan)),
     }
     for message, edit in cases.items():
         saved = {key: value for key, value in good.items()}
