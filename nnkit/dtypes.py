@@ -26,6 +26,13 @@ def set_dtype(dtype):
     _default = dtype
 
 
+def wide(array):
+    """``array`` in float32 when it is float16, else as it is: where an op squares its input
+    (a norm, a cube), float16's range (65504) would overflow at |x| > 256 although the result
+    fits; such ops compute in float32 and give float16, as PyTorch's half ops do."""
+    return array.astype(numpy.float32) if array.dtype == numpy.float16 else array
+
+
 def as_array(data, dtype=None, owner="NetVar"):
     """The dtype policy: float arrays keep their dtype, everything else becomes nnkit's dtype."""
     if dtype is not None and numpy.dtype(dtype).kind not in "biufc":

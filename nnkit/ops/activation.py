@@ -14,6 +14,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
+from ..dtypes import wide
 from .math import Where
 from .shape import normalize_axis
 
@@ -376,13 +377,15 @@ class GELU(NetOp):
 
     def __init__(self, x):
         xp = backend.array_module(x._data)
-        xd = x._data
+        xd = wide(x._data)      # float16 x³ overflows at |x| > 40, x² (backward) at |x| > 256
         self.t = xp.tanh(self.c * (xd + self.k * xd * xd * xd))
-        super().__init__(0.5 * xd * (1 + self.t), x)
+        super().__init__((0.5 * xd * (1 + self.t)).astype(x._data.dtype, copy=False), x)
 
     def _back(self, x):
-        x.accumulate_same_shape(self._g * (0.5 * (1 + self.t) + 0.5 * x._data * (1 - self.t ** 2)
-                                           * self.c * (1 + 3 * self.k * x._data ** 2)))
+        xd = wide(x._data)
+        slope = (0.5 * (1 + self.t)
+                 + 0.5 * xd * (1 - self.t ** 2) * self.c * (1 + 3 * self.k * xd ** 2))
+        x.accumulate_same_shape(self._g * slope.astype(x._data.dtype, copy=False))
 
     def _grads(self, g, x):
         t = Tanh((x + x * x * x * self.k) * self.c)     # t as a node, not the stored array

@@ -11,7 +11,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
-from ..dtypes import get_dtype
+from ..dtypes import get_dtype, wide
 from ..modes import is_training
 
 
@@ -134,13 +134,15 @@ class _Normalization(NetOp):
 
 
 def _standardize(xd, axes, eps):
-    """(x̂, 1/σ, mean, biased variance) over ``axes``, all with the reduced axes kept."""
+    """(x̂, 1/σ, mean, biased variance) over ``axes``, all with the reduced axes kept (the
+    mean and variance of float16 data in float32, for the running statistics)."""
     xp = backend.array_module(xd)
-    mean = xd.mean(axis=axes, keepdims=True)
-    centred = xd - mean
+    xw = wide(xd)       # float16: σ² overflows at σ > 256 although x̂ and 1/σ fit
+    mean = xw.mean(axis=axes, keepdims=True)
+    centred = xw - mean
     var = (centred * centred).mean(axis=axes, keepdims=True)
     inv = 1 / xp.sqrt(var + eps)
-    return centred * inv, inv, mean, var
+    return (centred * inv).astype(xd.dtype, copy=False), inv.astype(xd.dtype), mean, var
 
 
 class BatchNorm(_Normalization):

@@ -14,6 +14,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp
+from ..dtypes import wide
 from .arithmetic import _nodes
 from .shape import normalize_axes, normalize_axis
 
@@ -234,8 +235,9 @@ class Norm(NetOp):
     def __init__(self, x, axis=None, keepdims=False):
         self.axes, self.keepdims = reduced_axes("Norm", x, axis, keepdims)
         xp = backend.array_module(x._data)
-        super().__init__(xp.sqrt(xp.asarray((x._data * x._data).sum(axis=self.axes,
-                                                                     keepdims=self.keepdims))), x)
+        xw = wide(x._data)          # float16 squares overflow at |x| > 256
+        y = xp.sqrt(xp.asarray((xw * xw).sum(axis=self.axes, keepdims=self.keepdims)))
+        super().__init__(y.astype(x._data.dtype, copy=False), x)
 
     def _back(self, x):
         xp = backend.array_module(x._data)
@@ -271,16 +273,16 @@ class CosineSimilarity(NetOp):
         except ValueError:
             raise ValueError(f"CosineSimilarity: cannot broadcast a of shape {tuple(a.shape)} "
                              f"with b of shape {tuple(b.shape)}") from None
-        product = self.a * self.b
-        self.axis = normalize_axis("CosineSimilarity", axis, product.ndim,
+        self.axis = normalize_axis("CosineSimilarity", axis, self.a.ndim,
                                    f"a of shape {tuple(a.shape)} and b of shape "
                                    f"{tuple(b.shape)}")
-        self.na = xp.sqrt((self.a * self.a).sum(axis=self.axis, keepdims=True))
-        self.nb = xp.sqrt((self.b * self.b).sum(axis=self.axis, keepdims=True))
+        aw, bw = wide(self.a), wide(self.b)     # float16 squares overflow at |x| > 256
+        self.na = xp.sqrt((aw * aw).sum(axis=self.axis, keepdims=True))
+        self.nb = xp.sqrt((bw * bw).sum(axis=self.axis, keepdims=True))
         self.eps = eps
         self.denominator = xp.maximum(self.na, eps) * xp.maximum(self.nb, eps)
-        self.y = product.sum(axis=self.axis, keepdims=True) / self.denominator
-        super().__init__(self.y.squeeze(axis=self.axis), a, b)
+        self.y = (aw * bw).sum(axis=self.axis, keepdims=True) / self.denominator
+        super().__init__(self.y.squeeze(axis=self.axis).astype(self.a.dtype, copy=False), a, b)
 
     def _back(self, a, b):
         xp = backend.array_module(self.y)
@@ -288,7 +290,8 @@ class CosineSimilarity(NetOp):
         for node, u, v, nu in ((a, self.a, self.b, self.na), (b, self.b, self.a, self.nb)):
             if node.requires_grad:
                 radial = xp.where(nu > self.eps, self.y / xp.where(nu > 0, nu * nu, 1), 0)
-                node.accumulate(g * (v / self.denominator - radial * u))
+                node.accumulate((g * (v / self.denominator - radial * u)).astype(u.dtype,
+                                                                                 copy=False))
 
     def _composite(self, a, b):
         shape = self.a.shape        # a and b broadcast, so that the axis means the same in both

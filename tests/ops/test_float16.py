@@ -1,0 +1,48 @@
+"""float16 nodes: ops that square or cube their input compute in float32 and give float16, so
+values above √65504 ≈ 256 (float16's largest number is 65504) neither overflow to inf nor make
+NaN gradients where the result fits in float16."""
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+
+def _value_and_grad(build, *arrays):
+    nodes = [nn.NetVar(a) for a in arrays]
+    y = build(*nodes)
+    y.sum().back()
+    return y.data, [node.g for node in nodes]
+
+
+def _like(x, values):
+    """A constant in x's dtype (an unequal weight for each output in the summed loss)."""
+    return nn.NetVar(np.array(values, dtype=x.data.dtype), requires_grad=False)
+
+
+CASES = {
+    "Norm": (lambda x: nn.Norm(x, axis=1), [np.array([[300.0, 400.0], [3.0, -4.0]])]),
+    "CosineSimilarity": (lambda a, b: nn.CosineSimilarity(a, b),
+                         [np.array([[300.0, 400.0], [0.5, 2.0]]),
+                          np.array([[400.0, -300.0], [280.0, 120.0]])]),
+    "GELU": (nn.GELU, [np.array([[-300.0, -50.0, -3.0, 0.5, 3.0, 50.0, 300.0]])]),
+    # σ ≈ 400: σ² overflows; x̂ and 1/σ fit
+    "LayerNorm": (lambda x, g: nn.LayerNorm(x, g) * _like(x, [1.0, -2.0, 0.5, 3.0]),
+                  [np.array([[300.0, -500.0, 120.0, 700.0], [1.0, 2.0, -1.0, 0.5]]),
+                   np.array([1.5, 0.5, 1.0, 2.0])]),
+    "BatchNorm": (lambda x, g: nn.BatchNorm(x, g, None, nn.BatchNormState(2))
+                  * _like(x, [[1.0, -2.0], [0.5, 3.0], [2.0, 1.0]]),
+                  [np.array([[300.0, 1.0], [-500.0, 2.0], [700.0, -1.0]]),
+                   np.array([1.5, 0.5])]),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_float16_ops_that_square_their_input_stay_finite_and_right(name):
+    build, arrays = CASES[name]
+    expected, expected_grads = _value_and_grad(build, *arrays)            # float64
+    with np.errstate(over="raise", invalid="raise"):        # no overflow on the way
+        value, grads = _value_and_grad(build, *[a.astype(np.float16) for a in arrays])
+    assert value.dtype == np.float16 and all(g.dtype == np.float16 for g in grads)
+    np.testing.assert_allclose(value.astype(np.float64), expected, rtol=2e-3, atol=1e-3)
+    for g, e in zip(grads, expected_grads):
+        np.testing.assert_allclose(g.astype(np.float64), e, rtol=5e-3, atol=1e-4)
