@@ -3,6 +3,7 @@ switch them off for another thread running at the same time."""
 import threading
 
 import numpy as np
+import pytest
 
 import nnkit as nn
 
@@ -54,3 +55,67 @@ def test_a_new_thread_starts_in_the_default_modes():
         thread.join()
         assert not nn.is_grad_enabled() and not nn.is_training()
     assert seen == [(True, True)]
+
+
+def test_one_switch_object_shared_by_two_threads_restores_each_threads_own_mode():
+    # One no_grad() object entered by two threads: its saved modes were one list, so a thread
+    # leaving it took the other thread's mode (here: A left with grad off, B with grad on).
+    quiet = nn.no_grad()
+    barrier = threading.Barrier(2, timeout=10)
+    after = {}
+
+    def thread_a():
+        with quiet:                         # grad on before
+            barrier.wait()                  # 1: A inside
+            barrier.wait()                  # 2: B inside
+        after["a"] = nn.is_grad_enabled()
+        barrier.wait()                      # 3: A has left
+
+    def thread_b():
+        with nn.no_grad():                  # grad off before
+            barrier.wait()                  # 1
+            with quiet:
+                barrier.wait()              # 2
+                barrier.wait()              # 3
+            after["b"] = nn.is_grad_enabled()
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert after == {"a": True, "b": False}
+
+
+def test_a_decorated_generator_runs_its_steps_in_the_mode_and_the_caller_outside():
+    w = nn.NetVar(np.ones((1, 2)))
+    cleaned = []
+
+    @nn.no_grad()
+    def steps():
+        try:
+            while True:
+                try:
+                    yield bool((w * 2.0).parents), nn.is_training()
+                except ValueError:
+                    yield "handled", nn.is_grad_enabled()
+        finally:
+            cleaned.append(nn.is_grad_enabled())
+
+    @nn.eval_mode()
+    def counted(n):
+        for _ in range(n):
+            yield nn.is_training()
+        return "done"
+
+    run = steps()
+    assert next(run) == (False, True)              # the body records no parents...
+    assert bool((w * 2.0).parents) and nn.is_grad_enabled()    # ...the caller does
+    assert run.throw(ValueError("x")) == ("handled", False)
+    assert next(run) == (False, True)
+    run.close()
+    assert cleaned == [False] and nn.is_grad_enabled()
+    assert list(counted(3)) == [False] * 3 and nn.is_training()
+    with pytest.raises(StopIteration) as stop:
+        next(counted(0))
+    assert stop.value.value == "done"
