@@ -8,10 +8,19 @@ __all__ = ['pad_sequences', 'minibatches']
 import numpy
 
 from . import backend, checks, distributed
+from .core import NetVar
 from .dtypes import get_dtype
 
 
+def _not_a_node(owner, what, value):
+    """Padding copies data and records nothing: a NetVar is refused, not silently detached."""
+    if isinstance(value, NetVar):
+        raise TypeError(f"{owner}: {what} is a NetVar ({value._describe()}); {owner} copies "
+                        "data and records no graph: give arrays (its .data)")
+
+
 def _as_arrays(seqs, owner, what="seqs"):
+    _not_a_node(owner, what, seqs)
     if isinstance(seqs, (str, bytes)) or not (hasattr(seqs, "__iter__")
                                               or hasattr(seqs, "__getitem__")):
         raise TypeError(f"{owner}: {what} must be a list of sequences, got "
@@ -20,6 +29,7 @@ def _as_arrays(seqs, owner, what="seqs"):
         seqs = list(seqs)          # a rectangular (B, L, ...) array: B sequences of equal length
     arrays = []
     for position, seq in enumerate(seqs):
+        _not_a_node(owner, f"sequence {position} of {what}", seq)
         array = numpy.asarray(backend.to_cpu(seq) if hasattr(seq, "shape") else seq)
         if array.ndim == 0:
             raise ValueError(f"{owner}: sequence {position} of {what} is a single number "
@@ -37,13 +47,21 @@ def _as_arrays(seqs, owner, what="seqs"):
         arrays.append(array)
     if not arrays:
         raise ValueError(f"{owner}: no sequences given")
-    return arrays, _default_dtype(seqs, arrays)
+    return arrays, _default_dtype(owner, seqs, arrays)
 
 
-def _default_dtype(seqs, arrays):
+def _default_dtype(owner, seqs, arrays):
     """Integers stay integers (token ids), float arrays keep their dtype, lists get nnkit's."""
     dtype = numpy.result_type(*arrays)
     if dtype.kind == "b":
+        return numpy.dtype(numpy.int64)
+    if dtype.kind == "f" and all(a.dtype.kind in "biu" for a in arrays):
+        # uint64 beside signed ids: NumPy's common type is float64, which rounds ids above 2**53
+        for position, array in enumerate(arrays):
+            if not _exact(array, numpy.int64):
+                raise ValueError(f"{owner}: sequence {position} of dtype {array.dtype} holds values "
+                                 "beyond int64, which other sequences' signed dtype needs; "
+                                 "give the sequences one integer dtype")
         return numpy.dtype(numpy.int64)
     if dtype.kind == "f" and not all(hasattr(s, "dtype") for s in seqs):
         return get_dtype()
@@ -168,6 +186,7 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
                              f"k >= 1, got {bucket}")
     target_dtype = None
     if targets is not None:
+        _not_a_node("minibatches", "targets", targets)
         if not hasattr(targets, "__len__") or getattr(targets, "ndim", 1) == 0:
             raise TypeError(f"minibatches: targets must be one label or target sequence per "
                             f"sequence (an array or a list), got {type(targets).__name__}")

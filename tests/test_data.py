@@ -236,3 +236,18 @@ def test_pad_sequences_never_truncates():
     assert x.dtype == np.int8
     assert nn.pad_sequences([[0.1, 0.2]], dtype=np.float16, value=0.3)[0].dtype == np.float16
     assert np.isnan(nn.pad_sequences([[0.5], [1.5, 2.5]], value=np.nan)[0][1, 0])
+
+
+def test_nodes_are_refused_by_name_and_mixed_integer_ids_stay_exact():
+    with pytest.raises(TypeError, match=r"pad_sequences: sequence 1 of seqs is a NetVar .*"
+                                        r"give arrays \(its \.data\)"):
+        nn.pad_sequences([np.ones((2, 3)), nn.NetVar(np.ones((1, 3)))])
+    with pytest.raises(TypeError, match="minibatches: targets is a NetVar"):
+        nn.minibatches([np.ones(2), np.ones(3)], nn.NetVar(np.array([1.0, 0.0])))
+    # uint64 beside int64 ids: NumPy's common type float64 rounded 2**60 + 1
+    big = 2 ** 60 + 1
+    x, _ = nn.pad_sequences([np.array([1, big], dtype=np.uint64), np.array([3], dtype=np.int64)])
+    assert x.dtype == np.int64 and int(x[1, 0]) == big
+    with pytest.raises(ValueError, match="pad_sequences: sequence 0 of dtype uint64 holds values "
+                                         "beyond int64"):
+        nn.pad_sequences([np.array([2 ** 63 + 1], dtype=np.uint64), np.array([3])])

@@ -88,8 +88,12 @@ def _index_shares(op, what, td, zd, valid, weight, ignore_index):
     C = zd.shape[-1]
     M = zd.size // C
     if td.size != M or not _same_positions(td.shape, zd.shape[:-1]):
+        hint = ""
+        if tuple(td.shape) == tuple(zd.shape):
+            hint = (f"; integer targets are class indices of shape {tuple(zd.shape[:-1])}, "
+                    "give one-hot or probability targets as floats")
         raise ValueError(f"{op}: class indices of shape {tuple(td.shape)} do "
-                         f"not match {what} of shape {tuple(zd.shape)}")
+                         f"not match {what} of shape {tuple(zd.shape)}{hint}")
     idx = td.reshape(M).astype(numpy.int64, copy=False)
     keep = xp.ones(M, dtype=bool) if valid is None else valid
     if ignore_index is not None:

@@ -406,3 +406,11 @@ def test_sigmoid_ce_weight_must_be_numeric(rng):
     with pytest.raises(TypeError, match="SigmoidCELoss: weight must be a number or an array, "
                                         "got str"):
         nn.SigmoidCELoss(z, rng.random((2, 3)), weight="heavy")
+
+
+def test_integer_one_hot_targets_are_explained():
+    z = nn.NetVar(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match=r"SoftmaxCELoss: class indices of shape \(4, 3\) .*"
+                                         r"class indices of shape \(4,\), give one-hot or "
+                                         "probability targets as floats"):
+        nn.SoftmaxCELoss(z, np.eye(3, dtype=int)[[0, 1, 2, 0]])

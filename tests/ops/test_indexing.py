@@ -247,3 +247,13 @@ def test_split_of_an_empty_axis_and_pad_of_a_0d_node(rng):
     with pytest.raises(ValueError, match=r"Concat: axis 0 is out of range for inputs of shape "
                                          r"\(\) \(it has no axis\)"):
         nn.Concat([nn.constant(np.float64(1.0))] * 2)
+
+
+def test_an_empty_list_index_selects_nothing_as_in_numpy():
+    # [] became a float64 array, refused as a non-integer index
+    a = np.arange(6.0).reshape(2, 3)
+    x = nn.NetVar(a)
+    assert x[[]].shape == a[[]].shape == (0, 3)
+    assert x[[], 1].shape == a[[], 1].shape == (0,)
+    (x[[]].sum() * 5.0 + x.sum()).back()
+    np.testing.assert_array_equal(x.g, np.ones((2, 3)))
