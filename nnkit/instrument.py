@@ -18,7 +18,9 @@ class detect_anomaly:
 
     The first op whose output, or whose contribution to a parent's gradient, holds a NaN or
     Inf raises AnomalyError naming the op class, its creation index and its input shapes
-    (inside ``grad(create_graph=True)``, also the op whose gradient rule built that op).
+    (inside ``grad(create_graph=True)``, also the op whose gradient rule built that op). A
+    gradient that is NaN or Inf before the pass reaches it (left by an earlier back() without a
+    reset) is named as such, not blamed on the op that adds to it.
     Ops built in the mode also hash their inputs' data, and back() in the mode re-hashes them:
     an edit that bypasses the ``.data`` setter (``x.data[i] = v``) raises InplaceEditError.
     Off by default; when off it costs nothing but the engine's test for observers. The switch
@@ -51,6 +53,7 @@ class AnomalyChecker:
     def before(self, node):
         if getattr(node, "_fingerprint", None) is not None:
             check_fingerprint(node)
+        _check_stale(node)
 
     def after(self, node):
         _check_backward(node, node._parents)
@@ -101,6 +104,18 @@ def check_forward(node, parents):
         return      # the NaN came in from an input: the op that made it already raised
     raise AnomalyError(f"detect_anomaly: forward of {type(node).__name__} #{node._index} "
                        f"(inputs of shapes {_shapes(parents)}) produced NaN or Inf")
+
+
+def _check_stale(node):
+    """An input whose gradient is NaN or Inf before this op adds to it: no op of this pass made
+    it (that op would have raised), so it is left from before, and this op is not to blame."""
+    for position, parent in enumerate(node._parents):
+        if parent._g is not None and parent._g.dtype.kind in "fc" and nonfinite(parent._g):
+            raise AnomalyError(
+                f"detect_anomaly: input {position} of {type(node).__name__} #{node._index} "
+                f"({parent._describe()}) held a NaN or Inf gradient before this backward pass "
+                "reached it: left from an earlier back() or set by hand; reset the gradients "
+                "(optimizer.reset() or x.reset()) before back()")
 
 
 def _check_backward(node, parents):

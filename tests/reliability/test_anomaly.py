@@ -72,6 +72,21 @@ def test_backward_nan_through_fan_out_names_the_first_op():
             root.back()
 
 
+def test_a_gradient_already_nan_before_back_is_named_as_stale_not_blamed_on_an_op():
+    # w.g NaN from an earlier back() (no reset): the first op adding to it was blamed
+    w = nn.NetVar(np.array([[1.0, 2.0]]))
+    w.g = np.array([[np.nan, 0.0]])
+    with nn.detect_anomaly():
+        loss = (w * 3.0).sum()
+        with pytest.raises(nn.AnomalyError, match=r"input 0 of Mul #\d+ \(NetVar #\d+ of shape "
+                                                  r"\(1, 2\)\) held a NaN or Inf gradient before "
+                                                  r"this backward pass reached it"):
+            loss.back()
+        w.reset()
+        loss.back()                             # reset: no anomaly
+    np.testing.assert_array_equal(w.g, [[3.0, 3.0]])
+
+
 def test_anomaly_is_a_floating_point_error_and_the_mode_is_restored():
     assert issubclass(nn.AnomalyError, FloatingPointError)
     x = nn.NetVar(np.array([[-1.0]]))
