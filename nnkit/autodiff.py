@@ -15,7 +15,7 @@ An op supports ``create_graph=True`` in one of two ways (docs/contributing.md):
   op, a loss); its gradients are then those of that composite.
 """
 from . import backend
-from .core import NetVar, _check_versions, _creation_index, _propagate, constant
+from .core import NO_GRAD_CAUSES, NetVar, _check_versions, _creation_index, _propagate, constant
 from .gradients import _gradient_from_user, _owned_copy
 from .modes import enable_grad
 from .ops.arithmetic import _Cast
@@ -51,7 +51,7 @@ def grad(outputs, inputs, g=None, create_graph=False):
     for position, y in enumerate(outputs):
         if not y.requires_grad:
             raise RuntimeError(f"grad(): output {position}, {y._describe()}, does not require a "
-                               "gradient (built under no_grad() or only from constants)")
+                               f"gradient ({NO_GRAD_CAUSES})")
     for position, x in enumerate(inputs):
         if not x.requires_grad:
             raise ValueError(f"grad(): input {position}, {x._describe()}, does not require a "

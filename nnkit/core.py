@@ -26,6 +26,9 @@ _edits = 0            # global edit stamp: bumped whenever some NetVar's data is
 # block; back(trace=True) adds a recorder for one pass. The engine knows only this protocol (it
 # imports no observer), and with none attached it pays one test per op and two per backward step.
 _observers = []
+# Why a node needs no gradient, for the errors of back() and grad().
+NO_GRAD_CAUSES = ("it was built under no_grad(), only from constants with requires_grad=False, "
+                  "or from an op whose super().__init__(value, *parents) was given no parents")
 _recorder = None      # the class back(trace=True) records with; nnkit.trace registers it
 # Backward passes begun (back() and grad()): a gradient an op hands to another sideways, outside
 # the graph's edges (a recurrent op's final cell state), is stamped with its pass, so that a pass
@@ -266,8 +269,7 @@ class NetVar(ArrayLike):
         """
         if not self.requires_grad:
             raise RuntimeError(
-                f"back(): {self._describe()} does not require a gradient (it was built under "
-                "no_grad() or only from constants with requires_grad=False)")
+                f"back(): {self._describe()} does not require a gradient ({NO_GRAD_CAUSES})")
         if g is None:
             seed = backend.array_module(self._data).ones_like(self._data)
         else:

@@ -350,3 +350,20 @@ class CubeProduct(nn.NetOp):
 
     def _composite(self, a, b):
         return a * a * b
+
+
+def test_an_op_given_no_parents_is_named_among_the_causes():
+    class Square(nn.NetOp):
+        def __init__(self, x):
+            super().__init__(x.data ** 2)       # the input is not listed as a parent
+
+        def _back(self, x):
+            x.g += 2 * x.data * self.g
+
+    x = nn.NetVar(np.ones((2, 3)))
+    for call in (lambda: Square(x).sum().back(),
+                 lambda: nn.gradcheck(lambda v: Square(v).sum(), x)):
+        with pytest.raises(RuntimeError, match=r"does not require a gradient .*or from an op "
+                                               r"whose super\(\).__init__\(value, \*parents\) "
+                                               "was given no parents"):
+            call()
