@@ -2,8 +2,9 @@
 
 Assigning is registering: a NetVar, a Module, or a list, tuple or dict of them stored as an
 attribute is found by walking the object's attributes in the order they were assigned. A
-parameter is a leaf NetVar that requires a gradient; a node computed by an op (the last output
-a model keeps) is a graph, not a parameter, and is neither listed, saved, moved nor copied.
+parameter is a leaf NetVar that requires a gradient, a constant one that does not (a frozen
+weight); a node computed by an op (the last output a model keeps, even one computed under
+``no_grad()``, which has no parents) is a graph, and is neither listed, saved, moved nor copied.
 
 Buffers are arrays that are saved and moved but never trained (BatchNorm's running
 statistics). An object declares them with a class attribute ``buffers``, the names of its
@@ -18,7 +19,7 @@ import html
 import numpy
 
 from . import backend
-from .core import NetVar
+from .core import NetOp, NetVar
 
 __all__ = ["Module"]
 
@@ -43,9 +44,6 @@ class Module:
     not call ``Module.__init__``.
     """
     buffers = ()
-    # Whether the leaf NetVars that need no gradient among its members are part of its state.
-    # FFN says no: its constants (op arguments) are saved with its topology.
-    constants_in_state = True
 
     def __call__(self, *args, **keywords):
         return self.forward(*args, **keywords)
@@ -210,14 +208,14 @@ class Module:
 # ----------------------------------------------------------------------------- the walk
 
 def _is_graph(value):
-    return isinstance(value, NetVar) and bool(value._parents)
+    """A node computed by an op: with parents, or built under no_grad() (an op without)."""
+    return isinstance(value, NetVar) and (bool(value._parents) or isinstance(value, NetOp))
 
 
 def _walk(root):
     """``(name, value, kind)`` for every parameter (kind "var", value the NetVar), constant
-    (kind "constant": a leaf NetVar that needs no gradient, held by a Module whose
-    ``constants_in_state`` is True) and buffer (kind "buffer", value ``(owner, attribute)``)
-    under ``root``, each once."""
+    (kind "constant": a leaf NetVar that needs no gradient) and buffer (kind "buffer", value
+    ``(owner, attribute)``) under ``root``, each once."""
     found, seen_vars, seen_objects, names = [], set(), set(), set()
 
     def add(name, value, kind):
@@ -227,31 +225,27 @@ def _walk(root):
         names.add(name)
         found.append((name, value, kind))
 
-    def visit(prefix, value, constants):
+    def visit(prefix, value):
         if isinstance(value, NetVar):
-            if value._parents or id(value) in seen_vars:
+            if _is_graph(value) or id(value) in seen_vars:
                 return
-            if value.requires_grad:
-                seen_vars.add(id(value))
-                add(prefix, value, "var")
-            elif constants:
-                seen_vars.add(id(value))
-                add(prefix, value, "constant")
+            seen_vars.add(id(value))
+            add(prefix, value, "var" if value.requires_grad else "constant")
             return
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                visit(dotted(prefix, str(i)), item, constants)
+                visit(dotted(prefix, str(i)), item)
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                visit(dotted(prefix, str(key)), item, constants)
+                visit(dotted(prefix, str(key)), item)
             return
         if isinstance(value, type) or id(value) in seen_objects:
             return
         if isinstance(value, Module):
             seen_objects.add(id(value))
             for name, item in value.members():
-                visit(dotted(prefix, name), item, value.constants_in_state)
+                visit(dotted(prefix, name), item)
         names = getattr(type(value), "buffers", ())
         if names and isinstance(names, tuple):
             seen_objects.add(id(value))
@@ -259,7 +253,7 @@ def _walk(root):
                 if backend.is_array(getattr(value, attribute, None)):
                     add(dotted(prefix, attribute), (value, attribute), "buffer")
 
-    visit("", root, root.constants_in_state)
+    visit("", root)
     return found
 
 

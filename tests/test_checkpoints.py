@@ -505,6 +505,11 @@ def test_a_version_1_ffn_with_adam_loads_into_a_model(tmp_path):
     assert net.topology[2][1] is shared and net.topology[0][0].topology[0][1] is shared
     x = nn.NetVar(v1_inputs(), requires_grad=False)
     np.testing.assert_array_equal(net(x).data, expected["output"])
+    # the file holds its constant only in the topology; the model's own value is replaced
+    edited = _v1_architecture(3)
+    edited.topology[7][1].data = np.zeros((1, 3), F32)
+    nn.load(os.path.join(DATA, "v1_ffn_adam.npz"), edited)
+    np.testing.assert_array_equal(edited(x).data, expected["output"])
     again = str(tmp_path / "v2.npz")                # and it saves in the current format
     nn.save(again, net, optimizer=opt)
     other = _v1_architecture(4)

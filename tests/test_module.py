@@ -122,6 +122,28 @@ def test_a_frozen_weight_is_saved_loaded_and_refused_when_missing_but_never_trai
         other.load_state(state)
 
 
+def test_an_output_kept_from_a_no_grad_call_is_not_state(tmp_path):
+    # a node computed under no_grad() has no parents: it was taken for a constant, so state()
+    # and every checkpoint written after an evaluation held it, and a fresh model refused them
+    class Keeps(nn.Module):
+        def __init__(self, seed):
+            self.fc = nn.layers.Linear(3, 2, seed=seed)
+            self.last = None
+
+        def forward(self, x):
+            self.last = self.fc(x)
+            return self.last
+
+    model, fresh = Keeps(0), Keeps(1)
+    with nn.no_grad():
+        model(np.ones((4, 3)))
+    assert set(model.state()) == {"fc.W", "fc.b"} and model.named_constants() == {}
+    nn.save(tmp_path / "m.npz", model)
+    nn.load(tmp_path / "m.npz", fresh)
+    np.testing.assert_array_equal(fresh.fc.W.data, model.fc.W.data)
+    assert copy.deepcopy(model).last is None
+
+
 def test_state_is_a_copy():
     net = Net()
     state = net.state()

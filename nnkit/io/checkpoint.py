@@ -12,7 +12,8 @@ from .fileformat import (FORMAT, META_KEY, VERSION, CheckpointError, _atomic_wri
                          _check_arrays, _check_keys, _few, _plain, _read, _Reader,
                          _saved_arrays, _Writer)
 from .model import _got, _has_topology, _rebuild_refusal, check_model
-from .topology import _check_topology, _encode_topology, _file_names, _rebuild
+from .topology import (_check_topology, _encode_topology, _file_names, _rebuild,
+                       _topology_constants)
 
 
 Checkpoint = namedtuple("Checkpoint", "model extra")
@@ -43,7 +44,8 @@ def save(path, model, optimizer=None, extra=None):
     writer = _Writer()
     meta = {"format": FORMAT, "version": VERSION,
             "model": {"type": type(model).__name__, "why": _rebuild_refusal(model)},
-            "params": [{"name": name, "array": writer.add(p._data)}
+            "params": [{"name": name, "array": writer.add(p._data),
+                        **({} if p.requires_grad else {"constant": True})}
                        for name, p in model_.params.items()],
             "buffers": [{"name": name, "array": writer.add(array)}
                         for name, array in model_.buffers.items()],
@@ -130,6 +132,12 @@ def load(path, model=None, optimizer=None, ops=None):
             return Checkpoint(_rebuild(path, meta, params, buffers, source, ops),
                               meta.get("extra"))
         names = _file_names(model, target.params, version)    # model name -> name in the file
+        if _has_topology(model) and meta.get("topology") is not None:
+            # an FFN's constants that an older file holds only in its topology
+            kept = _topology_constants(meta["topology"])
+            for name in target.root.named_constants():
+                if names[name] not in params and name in kept:
+                    params[names[name]] = source.get(kept[name], f"topology constant '{name}'")
         _check_arrays(path, "parameter", {names[name]: p._data
                                           for name, p in target.params.items()}, params)
         _check_arrays(path, "buffer", target.buffers, buffers)

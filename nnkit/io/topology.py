@@ -10,6 +10,7 @@ import numpy
 from .. import backend, ops
 from ..core import NetOp, NetVar
 from ..module import Module
+from ..ops.loss import Loss
 from ..ops.normalization import BatchNormState
 from .fileformat import CheckpointError, _plain
 from .model import _has_topology, _topology_class
@@ -141,6 +142,37 @@ def _check_topology(path, net, topology):
                               f"model has {mine(net)}")
 
 
+def _topology_constants(topology):
+    """Model name -> array reference of each constant NetVar argument the topology stores in
+    place ("const"), named as the FFN names its members (``topology.<entry>.<argument>``, a
+    nested FFN's under ``topology.<entry>.0.``); files written before constants were saved
+    by name keep them only there."""
+    registry = _op_registry()
+    found = {}
+
+    def visit(value, name):
+        if isinstance(value, dict):
+            if "const" in value:
+                found.setdefault(name, value["const"])
+            for kind in ("tuple", "list"):
+                for index, item in enumerate(value.get(kind, ())):
+                    visit(item, f"{name}.{index}")
+
+    def walk(entries, prefix):
+        for position, entry in enumerate(entries):
+            if "ffn" in entry:
+                walk(entry["ffn"], f"{prefix}topology.{position}.0.")
+                continue
+            op = registry.get(entry.get("op"))
+            if entry.get("args") is None or isinstance(op, type) and issubclass(op, Loss):
+                continue                # a Loss's targets are not members of the FFN
+            for argument, value in enumerate(entry["args"], start=1):
+                visit(value, f"{prefix}topology.{position}.{argument}")
+
+    walk(topology, "")
+    return found
+
+
 def _leaf(array, requires_grad=True):
     """A new leaf holding a copy of ``array`` (its shape and dtype as they are): a parameter,
     or a constant of the topology (class indices stay integers)."""
@@ -151,7 +183,9 @@ def _leaf(array, requires_grad=True):
 
 
 def _rebuild(path, meta, saved, buffers, source, extra_ops):
-    params = {name: _leaf(array) for name, array in saved.items()}
+    constants = {entry["name"] for entry in meta["params"] if entry.get("constant")}
+    params = {name: _leaf(array, requires_grad=name not in constants)
+              for name, array in saved.items()}
     if meta.get("topology") is None:
         why = (meta.get("model") or {}).get("why")
         if why is not None or buffers:
@@ -222,8 +256,9 @@ def _rebuild(path, meta, saved, buffers, source, extra_ops):
         return _topology_class()(*topology)
 
     net = build(meta["topology"], "")
-    if meta["version"] >= 2 and (set(net.named_vars()) != set(saved)
-                                 or set(net.named_buffers()) != set(buffers)):
+    trained, held = set(net.named_vars()), set(net.named_vars()) | set(net.named_constants())
+    if meta["version"] >= 2 and not (trained <= set(saved) <= held
+                                     and set(net.named_buffers()) == set(buffers)):
         raise CheckpointError(f"load: '{path}' is corrupted: its topology does not use the "
                               "parameters and buffers it lists")
     return net

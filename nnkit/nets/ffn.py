@@ -40,8 +40,6 @@ class FFN(Module):
     training ``w`` would not change it).
     """
 
-    constants_in_state = False      # its constants are op arguments, saved with its topology
-
     def __init__(self, *topology):
         self.topology = list(topology)
         self.output = None
@@ -199,9 +197,19 @@ class FFN(Module):
             elif not isinstance(op, type) and hasattr(op, "vars"):
                 parts.extend((position, op, None, p) for p in op.vars)
             elif not (isinstance(op, type) and issubclass(op, Loss)):
-                parts.extend((position, op, argument, value)
-                             for argument, value in enumerate(entry[1:], start=1))
+                for argument, value in enumerate(entry[1:], start=1):
+                    parts.extend((position, op, argument, item) for item in _leaves(value))
         return parts
+
+
+def _leaves(value):
+    """``value``, or the items of a list, tuple or dict argument (nested), as the Module walk
+    finds them: a weight passed inside ``[w1, w2]`` is a parameter too."""
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    return [value]
 
 
 def _label(op):

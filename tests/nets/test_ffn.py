@@ -143,3 +143,46 @@ def test_a_computed_argument_that_needs_a_gradient_is_refused_by_vars():
         net.vars
     with nn.no_grad():
         assert nn.FFN((nn.Multiply, w * 2.0)).vars == []     # a constant: fine
+
+
+def test_weights_inside_a_list_argument_are_parameters():
+    # vars looked only at NetVar arguments: w1 and w2 got gradients but no optimizer update
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (nn.NetVar(rng.standard_normal((2, 2))) for _ in range(3))
+
+    def two_paths(x, weights):
+        return x @ weights[0] + x @ weights[1]
+
+    net = nn.FFN((two_paths, [w1, w2]), (nn.Multiply, w3))
+    assert [id(p) for p in net.vars] == [id(w1), id(w2), id(w3)]
+    assert list(net.named_vars()) == ["topology.0.1.0", "topology.0.1.1", "topology.1.1"]
+    before = w1.data.copy()
+    net(nn.NetVar(np.ones((1, 2)), requires_grad=False)).sum().back()
+    nn.GD(net.vars, lr=0.1).step()
+    assert not np.array_equal(w1.data, before)
+
+
+def test_a_frozen_weight_of_an_ffn_is_saved_loaded_and_rebuilt_frozen(tmp_path):
+    # FFN kept its constants out of state(): a load into a model left the frozen weight as
+    # the fresh model's own, silently
+    def build(seed):
+        nn.seed(seed)
+        net = nn.FFN((nn.Multiply, nn.glorot(3, 4)), (nn.Add, nn.zeros(4)), (nn.Tanh,),
+                     (nn.Multiply, nn.glorot(4, 2)))
+        net.topology[0][1].requires_grad = False
+        return net
+
+    trained, fresh = build(0), build(1)
+    assert list(trained.named_constants()) == ["topology.0.1"]
+    assert set(trained.state()) == {"topology.0.1", "topology.1.1", "topology.3.1"}
+    path = tmp_path / "frozen.npz"
+    nn.save(path, trained)
+    nn.load(path, fresh)
+    x = nn.NetVar(np.ones((2, 3), np.float32), requires_grad=False)
+    np.testing.assert_array_equal(fresh(x).data, trained(x).data)
+    other = build(2)
+    other.load_state(trained.state())
+    np.testing.assert_array_equal(other(x).data, trained(x).data)
+    rebuilt = nn.load(path).model
+    np.testing.assert_array_equal(rebuilt(x).data, trained(x).data)
+    assert not rebuilt.topology[0][1].requires_grad and len(rebuilt.vars) == 2
