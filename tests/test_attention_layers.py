@@ -272,6 +272,8 @@ def test_mean_over_time_ignores_padding(rng, float64):
     lengths = [5, 1, 3, 0]
     x = rng.standard_normal((T, B, F))
     x[1:, 1] = 1e6                                  # padding that must not count
+    x[3:, 2] = np.nan                               # (0 · NaN was NaN)
+    x[4, 2, 0] = np.inf
     xv = nn.NetVar(x)
     y = L.mean_over_time(xv, lengths)
     assert y.shape == (B, F)
@@ -284,8 +286,9 @@ def test_mean_over_time_ignores_padding(rng, float64):
     assert np.all(xv.g[~valid] == 0)
     for b, n in enumerate(lengths[:3]):                 # (the last one has no valid step)
         np.testing.assert_allclose(xv.g[:n, b], np.broadcast_to(seed[b] / n, (n, F)))
-    np.testing.assert_allclose(L.mean_over_time(x).data, x.mean(axis=0))
-    assert nn.gradcheck(lambda x: L.mean_over_time(x, [5, 2, 3, 1]), nn.NetVar(x / 1e6))
+    finite = rng.standard_normal((T, B, F))
+    np.testing.assert_allclose(L.mean_over_time(finite).data, finite.mean(axis=0))
+    assert nn.gradcheck(lambda x: L.mean_over_time(x, [5, 2, 3, 1]), nn.NetVar(finite))
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -331,6 +334,8 @@ MHA = r"layers\.MultiHeadAttention: "
 
 
 @pytest.mark.parametrize("call,error,message", [
+    (lambda m: m(X, [5, 1], True), TypeError,      # True was read as the values v
+     MHA + r"give causal by name, mha\(x, lengths, causal=True\)"),
     (lambda m: m(np.ones((5, 2, 3))), ValueError,
      MHA + r"x of shape \(5, 2, 3\) must be \(T, B, dim\), time-major, with dim = 4"),
     (lambda m: m(np.ones((5, 4))), ValueError, MHA + r"x of shape \(5, 4\) must be \(T, B, dim\)"),

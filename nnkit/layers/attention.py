@@ -45,10 +45,11 @@ def mean_over_time(x, lengths=None):
         y[b] = Σ_{t < lengths[b]} x[t, b] / lengths[b]
 
     ``lengths`` (B,) as for the recurrent layers (a list, an array or a NetVar; None: every
-    sequence has all T steps, a plain mean over axis 0). Built from ops as Σ_t x · w with the
-    constant weights w[t, b] = [t < lengths[b]] / lengths[b], so the gradient at a padded step is
-    exactly 0 and whatever the padding holds (even a huge value) never reaches y. A sequence of
-    length 0 gives zeros. x is a NetVar or an array; errors name ``layers.mean_over_time``.
+    sequence has all T steps, a plain mean over axis 0). Built from ops as Σ_t x̃ · w with the
+    constant weights w[t, b] = [t < lengths[b]] / lengths[b] and x̃ = x at valid steps, 0 at
+    padded ones (a Where), so the gradient at a padded step is exactly 0 and whatever the
+    padding holds (a huge value, inf or NaN) never reaches y. A sequence of length 0 gives
+    zeros. x is a NetVar or an array; errors name ``layers.mean_over_time``.
     """
     x = _node(x)
     if x.ndim != 3:
@@ -61,7 +62,8 @@ def mean_over_time(x, lengths=None):
     xp = backend.array_module(x._data)
     counts = numpy.maximum(mask.sum(axis=0), 1)                       # (B,): 0 stays 0 below
     weights = (mask / counts).astype(x.dtype)[:, :, None]             # (T, B, 1)
-    return ops.Sum(x * xp.asarray(weights), axis=0)
+    valid = ops.Where(xp.asarray(mask[:, :, None] > 0), x, 0.0)       # 0 · NaN would be NaN
+    return ops.Sum(valid * xp.asarray(weights), axis=0)
 
 
 def _dim_and_heads(layer, dim, heads):
@@ -130,6 +132,9 @@ class MultiHeadAttention(Module):
         """Self-attention ``mha(x, lengths=None, causal=False)`` or cross-attention
         ``mha(q, k, v, key_lengths=None, causal=False)``: the (Tq, B, dim) node."""
         layer = "layers.MultiHeadAttention"
+        if kv and isinstance(kv[-1], (bool, numpy.bool_)):
+            raise TypeError(f"{layer}: give causal by name, mha(x, lengths, causal=True) (a "
+                            f"boolean input {1 + len(kv)} would be read as a key or lengths)")
         if len(kv) == 1 and lengths is None and len(_shape_of(kv[0])) != 3:
             kv, lengths = (), kv[0]               # mha(x, lengths), as an RNN layer is called
         if len(kv) not in (0, 2):

@@ -54,9 +54,13 @@ def boolean_mask(op, mask, shape, what, xp):
     if not (hasattr(data, "shape") and hasattr(data, "dtype")):
         data = numpy.asarray(data)
     if data.dtype != bool:
+        hint = ""
+        if isinstance(mask, NetVar):
+            hint = ("; a NetVar made from a boolean array holds floats (nnkit's dtype policy): "
+                    "pass the boolean array itself, or NetVar(mask, dtype=bool)")
         raise TypeError(f"{op}: mask of shape {tuple(data.shape)} and dtype {data.dtype} must "
                         f"be boolean (True = keep); compare a 0/1 mask to get one (mask > 0), "
-                        f"or build it with nnkit.sequence_mask")
+                        f"or build it with nnkit.sequence_mask{hint}")
     if backend.array_module(data) is not xp:
         if xp is numpy:
             raise ValueError(f"{op}: mask of shape {tuple(data.shape)} lives on "

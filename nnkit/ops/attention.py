@@ -88,6 +88,11 @@ class Attention(NetOp):
 
         s = qd @ xp.swapaxes(kd, -1, -2)
         s *= scale
+        if keep is not None and keep.ndim > 2 and s.shape != batch + (Tq, Tk):
+            # a mask with leading axes that only v has (q, k shared by a batch of values)
+            target = numpy.broadcast_shapes(s.shape, keep.shape)
+            if target != s.shape:
+                s = xp.broadcast_to(s, target).copy()
         self.weights = a = softmax(s, -1, keep, overwrite=True)      # in the scores' buffer
         super().__init__(a @ vd, q, k, v)
 
@@ -114,7 +119,10 @@ class Attention(NetOp):
         # stored array would drop their derivatives). The node keeps no mask: the weights are
         # exactly 0 where it masks a key, and a weight that underflowed to 0 has derivatives
         # that underflow too, so "weight ≠ 0" is the mask.
-        a = SoftMax(Multiply(q, swap_last(k)) * self.scale, -1, self.weights != 0)
+        s = Multiply(q, swap_last(k)) * self.scale
+        if s.shape != self.weights.shape:           # broadcast by a mask (see __init__)
+            s = s.broadcast_to(self.weights.shape)
+        a = SoftMax(s, -1, self.weights != 0)
         dv = Multiply(swap_last(a), g) if v.requires_grad else None
         if not (q.requires_grad or k.requires_grad):
             return None, None, dv

@@ -503,6 +503,29 @@ def test_attention_gradcheck_with_masks_and_fully_masked_rows(rng):
         assert nn.gradcheck(lambda a, b, c: nn.Attention(a, b, c, mask=broadcast), q, k, v)
 
 
+def test_attention_mask_with_leading_axes_only_the_values_have(rng):
+    # q and k shared by a batch of values, a mask per value: the scores were (Tq, Tk) and
+    # softmax failed with NumPy's "non-broadcastable output operand"
+    q, k, v = var64(rng, 3, 4), var64(rng, 5, 4), var64(rng, 2, 5, 6)
+    mask = keep_mask(rng, (2, 3, 5))
+    y = nn.Attention(q, k, v, mask=mask)
+    wide = nn.NetVar(np.broadcast_to(q.data, (2, 3, 4)).copy())
+    np.testing.assert_array_equal(y.data, nn.Attention(wide, k, v, mask=mask).data)
+    np.testing.assert_allclose(y.data, attention_reference(wide.data, k.data, v.data, mask),
+                               rtol=1e-12, atol=1e-14)
+    assert nn.gradcheck(lambda a, b, c: nn.Attention(a, b, c, mask=mask), q, k, v)
+    assert nn.gradgradcheck(lambda a, b, c: nn.Attention(a, b, c, mask=mask), q, k, v)
+
+
+def test_attention_explains_a_node_made_from_a_boolean_mask(rng):
+    q = var64(rng, 2, 3)
+    with pytest.raises(TypeError, match=r"a NetVar made from a boolean array holds floats .*"
+                                        r"NetVar\(mask, dtype=bool\)"):
+        nn.Attention(q, q, q, mask=nn.NetVar(np.array([[True, False], [True, True]])))
+    mask = nn.NetVar(np.array([[True, False], [True, True]]), dtype=bool)
+    assert nn.Attention(q, q, q, mask=mask).shape == (2, 3)
+
+
 def test_attention_causal_with_ragged_lengths_gradcheck(rng):
     B, H, T, d = 3, 2, 4, 3
     lengths = np.array([4, 2, 0])                   # the last sequence is empty: no key at all
