@@ -95,7 +95,7 @@ def test_save_load_continue_is_bit_identical(path):
     resumed = _net(7)                                  # different initial values
     resumed_opt = nn.Adam(resumed.vars, lr=0.5)
     checkpoint = nn.load(path, resumed, optimizer=resumed_opt)
-    assert resumed_opt.state[0]["t"] == 5 and checkpoint.extra["schedule"] == {"t": 0}
+    assert resumed_opt.state[0]["t"] == 5 and checkpoint.extra["schedule"] == schedule.state_dict()
     _train(resumed, resumed_opt, 5, start=5)
     for a, b in zip(resumed.vars, reference.vars):
         np.testing.assert_array_equal(a.data, b.data)

@@ -152,9 +152,10 @@ class Optimizer:
     def add_modifier(self, modifier):
         """Attach a gradient or weight modifier (see ``nnkit.optim.modifiers``); returns it.
 
-        Refused: an object that is not a modifier, one attached already, and one whose
+        Refused: an object that is not a modifier, one attached already, one whose
         ``params`` selection names a NetVar this optimizer does not update (it would silently
-        do nothing for it)."""
+        do nothing for it), and one whose ``check_params(params, owner)`` raises for the
+        optimizer's parameters."""
         name = type(self).__name__
         if not hasattr(modifier, "modify_gradients") and not hasattr(modifier, "modify_weights"):
             raise TypeError(f"{name}: {modifier!r} is not a modifier "
@@ -166,6 +167,8 @@ class Optimizer:
             if id(p) not in held:
                 raise ValueError(f"{name}: {type(modifier).__name__} applies to "
                                  f"{p._describe()}, which this optimizer does not update")
+        if callable(getattr(modifier, "check_params", None)):
+            modifier.check_params(self.params, name)      # e.g. MaxNorm on a 4-D kernel
         self.modifiers.append(modifier)
         return modifier
 

@@ -156,7 +156,9 @@ class MaxNorm(Modifier):
     n = ‖w‖₂ along ``axis``;   w = w · max_norm / n   where n > max_norm
     In the (in, out) layout ``axis=0`` (the default) constrains each column, i.e. the incoming
     weights of each output unit; ``axis=1`` constrains each row. By default it applies to the
-    weight matrices only: parameters with at least two rows (biases, shape (1, n), are skipped).
+    weight matrices only: parameters with at least two rows (biases, shape (1, n), are skipped);
+    an optimizer with a weight of more than two axes (a Conv2D kernel) refuses it then, as its
+    vectors along ``axis`` would not be the units' weights: give ``params`` (and ``axis``).
     ``axis`` (an int or a tuple of ints) is checked when the modifier is made, against each of
     ``params`` or, without them, against 2-D weights; a bad one would otherwise fail after the
     update.
@@ -183,6 +185,21 @@ class MaxNorm(Modifier):
         if self._ids is None:
             return p.ndim >= 2 and p.shape[0] > 1
         return id(p) in self._ids
+
+    def check_params(self, params, owner):
+        """Refuse, when attached without ``params``, an optimizer that updates a weight of
+        more than two axes: along ``axis`` its vectors are no unit's weights (a Conv2D kernel
+        (O, C, kh, kw) has its filters along axes (1, 2, 3))."""
+        if self._ids is not None:
+            return
+        for p in params:
+            if p.ndim > 2 and p.shape[0] > 1:
+                raise ValueError(
+                    f"{owner}: MaxNorm without params= would constrain {p._describe()} along "
+                    f"axis {self.axis}, which for a weight of {p.ndim} axes is not each unit's "
+                    "weight vector; give params= with the 2-D weights, and for a Conv2D "
+                    "kernel's filters a second MaxNorm(max_norm, axis=(1, 2, 3), "
+                    "params=[kernel])")
 
     def modify_weights(self, params):
         for p in params:

@@ -3,6 +3,9 @@
 A schedule owns a counter t (starting at 0) and sets the optimizer's ``lr`` (and the ``lr`` of
 every parameter group that has its own) to base · factor(t), where base is the value at
 construction. It applies factor(0) at construction; each ``step()`` advances t by one.
+``state_dict()`` holds t and the bases, so a schedule resumed with ``load_state_dict`` computes
+from the first run's bases even when it was built on an optimizer whose state (a decayed lr)
+was loaded first.
 
 When to call ``step()``: a schedule counts whatever you count. Call it once per epoch (after
 the epoch's updates) for epoch-based schedules such as ``StepLR(opt, 30)``, or once per
@@ -134,7 +137,25 @@ class Schedule:
                 group["lr"] = base * factor
 
     def state_dict(self):
-        return {"t": self.t}
+        return {"t": self.t, "base": self.base, "group_bases": list(self.group_bases)}
+
+    def _bases(self, state, where):
+        """The saved ``(base, group_bases)``, checked (the current ones for a state saved
+        without them)."""
+        if "base" not in state:
+            return self.base, self.group_bases
+        base = checks.in_range(where, "base", state["base"], 0)
+        groups = state.get("group_bases")
+        if not isinstance(groups, (list, tuple)) or len(groups) != len(self.group_bases):
+            raise ValueError(f"{where}: group_bases must list one base per parameter group "
+                             f"({len(self.group_bases)}), got {groups!r}")
+        return base, [None if b is None else checks.in_range(where, "group_bases", b, 0)
+                      for b in groups]
+
+    def _restore_bases(self, base, group_bases):
+        for schedule in (self, getattr(self, "then", None)):
+            if schedule is not None:
+                schedule.base, schedule.group_bases = base, list(group_bases)
 
     def _saved(self, state, *keys):
         """The name for errors of ``load_state_dict``, once ``state`` is known to have ``keys``."""
@@ -148,8 +169,17 @@ class Schedule:
         return where
 
     def load_state_dict(self, state):
-        t = checks.count(self._saved(state, "t"), "t", state["t"])
-        self.set_factor(self.factor(t))
+        where = self._saved(state, "t")
+        t = checks.count(where, "t", state["t"])
+        bases = self._bases(state, where)
+        self._check_groups()
+        kept = self.base, self.group_bases
+        self._restore_bases(*bases)
+        try:
+            self.set_factor(self.factor(t))
+        except BaseException:
+            self._restore_bases(*kept)
+            raise
         self.t = t
 
 
@@ -225,7 +255,9 @@ class ReduceOnPlateau(Schedule):
     """Multiply the learning rate by ``factor`` when a metric stops improving.
 
     ``step(metric)`` once per epoch: when the metric has not improved (see ``Best``) for more
-    than ``patience`` calls, lr = max(lr · factor, min_lr) and the count of bad calls restarts.
+    than ``patience`` calls, every learning rate (the optimizer's and each group's) becomes
+    max(lr · factor, min_lr) and the count of bad calls restarts. A rate that starts below
+    ``min_lr`` stays where it is (never raised).
     """
 
     def __init__(self, optimizer, factor=0.1, patience=10, mode="min", min_delta=0.0,
@@ -254,21 +286,30 @@ class ReduceOnPlateau(Schedule):
         self.t += 1
         self.monitor.update(value)
         if self.monitor.bad > self.patience:
-            self.scale = max(self.scale * self.reduce_by, self._floor())
+            self.scale *= self.reduce_by
             self.monitor.bad = 0
         return self._apply()
 
-    def _floor(self):
-        return self.min_lr / self.base if self.base else 0.0
+    def set_factor(self, factor):
+        """Every learning rate at its base times ``factor``, but not below ``min_lr`` (nor
+        above its base)."""
+        super().set_factor(factor)
+        self.optimizer.lr = max(self.optimizer.lr, min(self.min_lr, self.base))
+        for group, base in zip(self.optimizer.param_groups, self.group_bases):
+            if base is not None:
+                group["lr"] = max(group["lr"], min(self.min_lr, base))
 
     def state_dict(self):
-        return {"t": self.t, "scale": self.scale, **self.monitor.state_dict()}
+        return {**super().state_dict(), "scale": self.scale, **self.monitor.state_dict()}
 
     def load_state_dict(self, state):
         where = self._saved(state, "t", "scale", "best", "bad")
         t = checks.count(where, "t", state["t"])
-        scale = checks.in_range(where, "scale", state["scale"], 0, max(1.0, self._floor()))
+        scale = checks.in_range(where, "scale", state["scale"], 0, 1)
         self.monitor.check_state_dict(state, where)
+        bases = self._bases(state, where)
+        self._check_groups()
+        self._restore_bases(*bases)
         self.set_factor(scale)
         self.t, self.scale = t, scale
         self.monitor.load_state_dict(state)

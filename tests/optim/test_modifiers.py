@@ -76,6 +76,21 @@ def test_max_norm_constrains_columns_after_the_update():
     np.testing.assert_allclose(np.linalg.norm(w.data, axis=1), [0.5, 0.5])
 
 
+def test_max_norm_without_params_refuses_a_kernel_and_constrains_its_filters_when_asked():
+    # attached without params it constrained a (O, C, kh, kw) kernel across output channels
+    rng = np.random.default_rng(0)
+    kernel, w = _param(rng.standard_normal((3, 2, 2, 2))), _param(rng.standard_normal((4, 3)))
+    with pytest.raises(ValueError, match=r"GD: MaxNorm without params= would constrain NetVar "
+                                         r"#\d+ of shape \(3, 2, 2, 2\) along axis 0"):
+        nn.GD([kernel, w], modifiers=[nn.MaxNorm(1.0)])
+    opt = nn.GD([kernel, w], lr=1.0, momentum=0.0,
+                modifiers=[nn.MaxNorm(1.0, params=[w]),
+                           nn.MaxNorm(1.0, axis=(1, 2, 3), params=[kernel])])
+    _step(opt, [np.zeros((3, 2, 2, 2)), np.zeros((4, 3))])
+    assert np.all(np.sqrt((kernel.data ** 2).sum(axis=(1, 2, 3))) <= 1 + 1e-12)
+    assert np.all(np.linalg.norm(w.data, axis=0) <= 1 + 1e-12)
+
+
 def test_order_gradient_modifiers_then_update_then_weight_modifiers():
     w = _param([[0.0, 0.0], [0.0, 0.0]])
     # clip first (to ±1), then decay adds nothing at w = 0; update moves by -g; MaxNorm last

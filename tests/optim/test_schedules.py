@@ -148,3 +148,40 @@ def test_load_state_dict_is_checked_before_anything_changes():
     with pytest.raises(TypeError,
                        match=r"StepLR.load_state_dict: t must be an integer >= 0, got float nan"):
         nn.StepLR(_opt(), 2).load_state_dict({"t": float("nan")})
+
+
+def test_a_schedule_resumed_after_the_optimizer_state_uses_the_first_runs_base():
+    # built on an optimizer whose decayed lr was loaded first, the schedule took that lr as its
+    # base and decayed it again: 0.00625 for 0.025
+    first = _opt(0.1)
+    schedule = nn.StepLR(first, 2, gamma=0.5)
+    for _ in range(4):
+        schedule.step()
+    saved_opt, saved_schedule = first.state_dict(), schedule.state_dict()
+    second = _opt(0.1)
+    second.load_state_dict(saved_opt)                   # lr 0.025 now
+    resumed = nn.StepLR(second, 2, gamma=0.5)
+    resumed.load_state_dict(saved_schedule)
+    assert second.lr == first.lr == pytest.approx(0.025)
+    assert resumed.step() == schedule.step()
+    before = resumed.state_dict()
+    with pytest.raises(ValueError, match="StepLR.load_state_dict: group_bases must list one"):
+        resumed.load_state_dict({**before, "group_bases": [None, None]})
+    assert resumed.state_dict() == before
+
+
+def test_reduce_on_plateau_floors_every_group_at_min_lr():
+    # a group with its own lr kept its ratio to the optimizer's: 0.1 for min_lr 0.02
+    a, b, c = (nn.NetVar(np.ones((1, 1))) for _ in range(3))
+    opt = nn.GD([{"params": [a]}, {"params": [b], "lr": 0.5}, {"params": [c], "lr": 0.01}],
+                lr=0.1)
+    plateau = nn.ReduceOnPlateau(opt, factor=0.1, patience=0, min_lr=0.02)
+    for value in [1, 1, 1, 1]:
+        plateau.step(value)
+    assert opt.lr == pytest.approx(0.02) and opt.param_groups[1]["lr"] == pytest.approx(0.02)
+    assert opt.param_groups[2]["lr"] == 0.01            # below min_lr from the start: kept
+    copy = nn.GD([{"params": [a]}, {"params": [b], "lr": 0.5}, {"params": [c], "lr": 0.01}],
+                 lr=0.1)
+    nn.ReduceOnPlateau(copy, factor=0.1, patience=0, min_lr=0.02).load_state_dict(
+        plateau.state_dict())
+    assert [g.get("lr") for g in copy.param_groups] == [g.get("lr") for g in opt.param_groups]
