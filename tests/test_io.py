@@ -424,3 +424,26 @@ def test_ops_must_map_names_to_op_classes(path):
                                          "len, not an op class")):
         with pytest.raises(TypeError, match=message):
             nn.load(path, ops=ops)
+
+
+def test_a_numpy_learning_rate_resumes_bit_identically(path):
+    # lr=np.float32(0.01) rounded Adam's step size to float32 in the first run and not after a
+    # load (a checkpoint stores Python floats): up to 1.5e-8 apart
+    def train(model, opt, steps, start=0):
+        for step in range(start, start + steps):
+            x = np.random.default_rng(step).standard_normal((8, 4)).astype(np.float32)
+            (model(nn.NetVar(x, requires_grad=False)) ** 2).sum().back()
+            opt.step()
+
+    lr = np.float32(0.01)
+    reference, net = _net(0), _net(0)
+    reference_opt, opt = nn.Adam(reference.vars, lr=lr), nn.Adam(net.vars, lr=lr)
+    train(reference, reference_opt, 6)
+    train(net, opt, 3)
+    nn.save(path, net, optimizer=opt)
+    resumed = _net(7)
+    resumed_opt = nn.Adam(resumed.vars, lr=lr)
+    nn.load(path, resumed, optimizer=resumed_opt)
+    train(resumed, resumed_opt, 3, start=3)
+    for a, b in zip(resumed.vars, reference.vars):
+        np.testing.assert_array_equal(a.data, b.data)

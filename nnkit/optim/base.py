@@ -127,6 +127,16 @@ class Optimizer:
                              f"{index}; options are {list(self.options)}")
         self._check_options(overrides, where, f" in parameter group {index}")
 
+    def _options_as_floats(self):
+        """Options given as NumPy numbers (``lr=np.float32(0.01)``) become Python floats, as a
+        checkpoint stores them: arithmetic with a NumPy float32 scalar rounds to float32, so a
+        resumed run would otherwise differ from an uninterrupted one."""
+        for holder, keys in ((vars(self), self.options), *((g, g) for g in self.param_groups)):
+            for key in keys:
+                value = holder.get(key)
+                if isinstance(value, numpy.generic) and value.dtype.kind == "f":
+                    holder[key] = float(value)
+
     def _check_options(self, options, where, group=""):
         """Raise for an option value out of range (TypeError for one that is not a number).
 
@@ -185,6 +195,7 @@ class Optimizer:
         weights, then reset the gradients. Options and gradients are checked first."""
         where = f"{type(self).__name__}.step()"
         self._check_options({key: getattr(self, key) for key in self.options}, where)
+        self._options_as_floats()
         pending = []            # (position, parameter, group) of the parameters with a gradient
         position = 0
         for index, group in enumerate(self.param_groups):
