@@ -55,15 +55,21 @@ class Hook:
 
 
 class History(Hook, dict):
-    """Per-epoch logs as a dict of lists: ``history["val_loss"][k]`` is epoch k + 1's value.
+    """Per-epoch logs as a dict of lists: ``history["val_loss"][k]`` is the value of epoch
+    ``history["epoch"][k]``. Every list has one entry per logged epoch: an entry an epoch did
+    not log (``val_*`` in a fit without validation data, before or after fits with it) is None.
 
     Every Trainer has one (``trainer.history``), called before the other hooks, so their
     ``on_epoch_end`` already sees the current epoch.
     """
 
     def on_epoch_end(self, trainer, logs):
+        logged = len(next(iter(self.values()), ()))         # epochs logged before this one
         for key, value in logs.items():
-            self.setdefault(key, []).append(value)
+            self.setdefault(key, [None] * logged).append(value)
+        for key, values in self.items():
+            if len(values) == logged:                       # not in this epoch's logs
+                values.append(None)
 
 
 def _metric_name(owner, metric):
@@ -135,9 +141,10 @@ class EarlyStopping(Hook):
     """Stop when ``metric`` has not improved for ``patience`` epochs.
 
     ``mode="min"`` for losses, ``"max"`` for accuracies; an improvement must exceed
-    ``min_delta``. ``best`` and ``best_epoch`` hold the best value and its epoch. A ``val_*``
-    metric in a fit without validation data is refused before training; a metric missing from
-    the logs raises ValueError at the first epoch's end.
+    ``min_delta``. ``best`` and ``best_epoch`` hold the best value and its epoch. Each fit starts
+    afresh (as a new patience): a second ``fit`` is not stopped by the first one's count. A
+    ``val_*`` metric in a fit without validation data is refused before training; a metric
+    missing from the logs raises ValueError at the first epoch's end.
     """
 
     def __init__(self, metric="val_loss", patience=5, mode="min", min_delta=0.0):
@@ -152,13 +159,16 @@ class EarlyStopping(Hook):
 
     def on_fit_start(self, trainer):
         _check_validated("EarlyStopping", trainer, self.metric)
+        self.monitor = Best(self.monitor.mode, self.monitor.min_delta, "EarlyStopping")
+        self.best_epoch = None
 
     def on_epoch_end(self, trainer, logs):
         if self.monitor.update(_metric_value("EarlyStopping", logs, self.metric)):
             self.best_epoch = trainer.epoch
         elif self.monitor.bad >= self.patience:
-            trainer.stop(f"EarlyStopping: {self.metric} has not improved for {self.patience} "
-                         f"epochs (best {self.best:.6g} at epoch {self.best_epoch})")
+            trainer.stop(f"EarlyStopping: {self.metric} has not improved for "
+                         f"{self.monitor.bad} epochs (best {self.best:.6g} at epoch "
+                         f"{self.best_epoch})")
 
 
 class SaveBest(Hook):
@@ -168,7 +178,8 @@ class SaveBest(Hook):
     FFN or a SequenceModel, with its buffers; a dict or list of parameters and Modules); the
     optimizer's parameters by default. ``optimizer=True`` also saves the optimizer's state. The
     checkpoint's extra data holds the epoch and the metric. ``restore=True`` loads the best
-    parameters (and buffers) back at the end of fit.
+    parameters back at the end of fit (and the buffers, such as BatchNorm's running
+    statistics, when ``model`` is given: the optimizer's parameters hold none).
 
     A model that cannot be saved is refused here, when the hook is built (TypeError naming what
     was given and where); with ``optimizer=True``, a model that does not hold every parameter
@@ -350,7 +361,10 @@ class PlotHistory(Hook):
         for position, keys in enumerate(panels, start=1):
             axes = figure.add_subplot(1, len(panels), position)
             for key in keys:
-                axes.plot(history["epoch"][:len(history[key])], history[key], label=key)
+                points = [(epoch, value) for epoch, value in zip(history["epoch"], history[key])
+                          if value is not None]
+                axes.plot([epoch for epoch, _ in points], [value for _, value in points],
+                          label=key)
             axes.set_xlabel("epoch")
             axes.legend()
         figure.tight_layout()

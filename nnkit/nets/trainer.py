@@ -35,8 +35,13 @@ the output hooks (``ProgressBar``, ``SaveBest``, ``PlotHistory``, any hook with
 ``root_only = True``) on rank 0 only and stop every rank together; ``DataParallel``'s docstring
 says where each happens. ``trainer.batch_weight`` is the current batch's weight in the epoch's
 mean, which weights each rank's gradient: ``mask.sum()`` when step_fn returns a mask, else the
-positions of the predictions (all axes but the last), else the batch's ``weight`` attribute
-(``minibatches`` sets it: sequences, or valid steps), else the length of its first item.
+batch's ``weight`` attribute (``minibatches`` sets it: sequences, or valid steps, padding left
+out), else the positions of the predictions (all axes but the last), else the rows of the
+batch's first item (of a tuple or list; the first value of a dict; the rows of a slice), and 1
+for a batch whose size cannot be read (such batches count equally).
+
+The epochs train in the current train mode: ``train_mode`` unless fit is called inside
+``eval_mode()`` (then Dropout is off and BatchNorm uses its running statistics while training).
 """
 
 __all__ = ['Trainer']
@@ -176,6 +181,12 @@ class Trainer:
         _check_batches("Trainer.fit", "train_batches", train_batches, epochs)
         if val is not None:
             _check_batches("Trainer.fit", "val", val, epochs)
+        # An empty list is refused before training (it would be after the first epoch); with
+        # DataParallel, one rank's share of a sharded validation set may be empty.
+        for name, batches in (("train_batches", train_batches), ("val", val)):
+            if isinstance(batches, collections.abc.Sized) and len(batches) == 0 and (
+                    name == "train_batches" or self.parallel is None):
+                raise ValueError(f"Trainer.fit: {name} holds no batches")
         self.stop_reason = None
         self.val = val
         self.epochs = self.epoch + epochs
@@ -379,12 +390,18 @@ def _positions(batch, predictions, mask):
     """The weight of a batch in the epoch's mean loss."""
     if mask is not None:
         return float(backend.to_cpu((mask._data if isinstance(mask, NetVar) else mask).sum()))
+    if getattr(batch, "weight", None) is not None:        # minibatches' batches carry theirs
+        return batch.weight
     if predictions is not None:
         shape = predictions.shape
         return math.prod(shape[:-1]) if len(shape) >= 2 else math.prod(shape)
-    if getattr(batch, "weight", None) is not None:        # minibatches' batches carry theirs
-        return batch.weight
-    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    first = batch
+    if isinstance(batch, (tuple, list)) and batch:
+        first = batch[0]
+    elif isinstance(batch, dict) and batch:
+        first = next(iter(batch.values()))                # {"x": X, "y": y}: X's rows
+    if isinstance(first, slice) and first.stop is not None:
+        return len(range(*first.indices(first.stop)))     # the rows a slice selects
     return len(first) if hasattr(first, "__len__") else 1
 
 

@@ -182,7 +182,7 @@ def test_bad_usage_is_explained():
         nn.Trainer(lambda batch: step(batch)[0].item(), nn.GD(params)).fit(_batches(x, y))
     with pytest.raises(TypeError, match="step_fn returned predictions of type list"):
         nn.Trainer(lambda b: (step(b)[0], [0, 1], b[1]), nn.GD(params)).fit(_batches(x, y))
-    with pytest.raises(ValueError, match="gave no batches"):
+    with pytest.raises(ValueError, match="Trainer.fit: train_batches holds no batches"):
         nn.Trainer(step, nn.GD(params)).fit([], epochs=1)
     with pytest.raises(TypeError, match="train_batches must be a list of batches"):
         nn.Trainer(step, nn.GD(params)).fit(42)
@@ -378,3 +378,83 @@ def test_metrics_are_checked_at_construction():
         with pytest.raises(ValueError, match=f"metric name '{taken}' would overwrite the epoch "
                                              "logs' own entry"):
             nn.Trainer(step, optimizer, metrics={taken: nn.MSE()})
+
+
+def test_an_empty_validation_list_is_refused_before_training():
+    # it was refused after the first epoch had trained (parameters and lr changed)
+    x, y = _problem()
+    step, params = _model()
+    before = [p.data.copy() for p in params]
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.5))
+    with pytest.raises(ValueError, match="Trainer.fit: val holds no batches"):
+        trainer.fit(_batches(x, y), epochs=2, val=[])
+    assert trainer.epoch == 0 and trainer.steps == 0
+    for p, data in zip(params, before):
+        np.testing.assert_array_equal(p.data, data)
+
+
+def test_dict_and_slice_batches_weigh_by_their_rows():
+    # a dict batch weighed its number of keys, a slice batch 1
+    x, y = _problem(rows=25)
+    step, params = _model()
+    full = step((x, y))[0].item()
+
+    def by_dict(batch):
+        return step((batch["x"], batch["y"]))[0]
+
+    def by_slice(rows):
+        return step((x[rows], y[rows]))[0]
+
+    dicts = [{"x": x[i:i + 10], "y": y[i:i + 10]} for i in range(0, 25, 10)]
+    slices = [slice(i, min(i + 10, 25)) for i in range(0, 25, 10)]
+    for step_fn, batches in ((by_dict, dicts), (by_slice, slices)):
+        history = nn.Trainer(step_fn, nn.GD(params, lr=0.0)).fit(batches, val=batches)
+        assert history["samples"] == [25]
+        assert history["loss"][0] == pytest.approx(full, rel=1e-12)
+        assert history["val_loss"][0] == pytest.approx(full, rel=1e-12)
+
+
+def test_history_aligns_entries_that_only_some_epochs_log():
+    # val_loss of epochs 4 and 5 was stored at places 0 and 1, read as epochs 1 and 2
+    x, y = _problem()
+    step, params = _model()
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.1))
+    trainer.fit(_batches(x, y), epochs=3)
+    history = trainer.fit(_batches(x, y), epochs=2, val=_batches(x, y))
+    assert history["epoch"] == [1, 2, 3, 4, 5]
+    assert history["val_loss"][:3] == [None] * 3 and None not in history["val_loss"][3:]
+    trainer.fit(_batches(x, y), epochs=1)
+    assert history["val_loss"][5] is None and len(history["loss"]) == 6
+
+
+def test_early_stopping_counts_afresh_in_each_fit():
+    # the second fit stopped after one epoch, on the first fit's count
+    x, y = _problem()
+    step, params = _model()
+    stopper = nn.EarlyStopping("loss", patience=3)
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.0), hooks=[stopper])
+    trainer.fit(_batches(x, y), epochs=10)
+    assert trainer.epoch == 4                     # best at 1, then three epochs without gain
+    trainer.fit(_batches(x, y), epochs=10)
+    assert trainer.epoch == 8 and stopper.best_epoch == 5
+
+
+def test_padded_sequence_batches_weigh_their_valid_steps_even_with_predictions():
+    # with (loss, logits, targets) and no mask a batch weighed T·B positions, padding included
+    rng = np.random.default_rng(0)
+    seqs = [rng.standard_normal((n, 2)) for n in (5, 1, 3, 2, 4, 2, 5)]
+    targets = [rng.integers(0, 3, len(s)) for s in seqs]
+    w = nn.NetVar(rng.standard_normal((2, 3)))
+
+    def step(batch):
+        x, lengths, t = batch
+        logits = nn.NetVar(x, requires_grad=False) @ w
+        return nn.SoftmaxCELoss(logits, t, lengths=lengths), logits, t
+
+    trainer = nn.Trainer(step, nn.GD([w], lr=0.0))
+    history = trainer.fit(lambda: nn.minibatches(seqs, targets, batch_size=3, shuffle=False))
+    x, lengths = nn.pad_sequences(seqs)
+    t, _ = nn.pad_sequences(targets)
+    full = nn.SoftmaxCELoss(nn.NetVar(x) @ w, t, lengths=lengths).item()
+    assert history["loss"][0] == pytest.approx(full, rel=1e-12)
+    assert history["samples"] == [sum(len(s) for s in seqs)]

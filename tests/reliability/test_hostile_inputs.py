@@ -396,7 +396,7 @@ CASES = [
     ("fit no epochs", lambda m: nn.Trainer(lambda b: None, m.opt).fit([], epochs=0), ValueError,
      r"Trainer.fit: epochs must be a positive integer, got 0"),
     ("fit no batches", lambda m: nn.Trainer(lambda b: nn.Sum(m.net(m.x)), m.opt).fit([]),
-     ValueError, r"Trainer.fit: train_batches gave no batches in epoch 1"),
+     ValueError, r"Trainer.fit: train_batches holds no batches"),
     ("EarlyStopping patience", lambda m: nn.EarlyStopping(patience=0), ValueError,
      r"EarlyStopping: patience must be a positive integer, got 0"),
     ("Accuracy shapes", lambda m: nn.Accuracy().update(np.ones((2, 3)), np.array([1, 2, 0])),
