@@ -34,9 +34,10 @@ def _pair(op, name, value, minimum):
     return int(pair[0]), int(pair[1])
 
 
-def _node(value):
-    """An array or list operand as a constant node (as the arithmetic ops take them)."""
-    return value if value is None or isinstance(value, NetVar) else constant(value)
+def _node(value, like=None):
+    """An array or list operand as a constant node, as the arithmetic ops take them: integers
+    in the dtype of ``like`` (a node operand beside it), when there is one."""
+    return value if value is None or isinstance(value, NetVar) else constant(value, like)
 
 
 def _check_nchw(op, x):
@@ -90,7 +91,8 @@ class Conv2D(NetOp):
     __slots__ = ("padding", "slices", "padded_shape", "cols")
 
     def __init__(self, x, w, b=None, stride=1, padding=0):
-        x, w, b = _node(x), _node(w), _node(b)
+        like = next((v for v in (x, w, b) if isinstance(v, NetVar)), None)
+        x, w, b = _node(x, like), _node(w, like), _node(b, like)
         _check_nchw("Conv2D", x)
         xd, wd = x._data, w._data
         if wd.ndim != 4 or 0 in wd.shape:
@@ -199,8 +201,17 @@ class MaxPool2D(_Pool):
         patches = self._windows(x, size, stride, padding, -numpy.inf)
         xp = backend.array_module(x._data)
         stacked = xp.stack(patches)
-        self.arg = stacked.argmax(axis=0)
-        super().__init__(stacked.max(axis=0), x)
+        y = stacked.max(axis=0)
+        if any(self.padding):
+            # the first real cell that holds the max (NaN counts as the max, as in argmax): a
+            # padded cell (−∞) ties with a window whose real cells are all −∞, and must not win
+            inside = _pad(xp.ones(x._data.shape, dtype=bool), self.padding, False)
+            hit = xp.stack([inside[window] for _, _, window in self.slices])
+            hit &= (stacked == y) | xp.isnan(stacked)
+            self.arg = hit.argmax(axis=0)
+        else:
+            self.arg = stacked.argmax(axis=0)
+        super().__init__(y, x)
 
     def _back(self, x):
         self._add_back(x, (self._g * (self.arg == k) for k in range(len(self.slices))))

@@ -165,7 +165,9 @@ class Einsum(NetOp):
     __slots__ = ("parsed",)
 
     def __init__(self, subscripts, *operands):
-        operands = tuple(x if isinstance(x, NetVar) else constant(x) for x in operands)
+        like = next((x for x in operands if isinstance(x, NetVar)), None)
+        # plain operands as the arithmetic ops take them: integers in a node operand's dtype
+        operands = tuple(x if isinstance(x, NetVar) else constant(x, like) for x in operands)
         arrays = [x._data for x in operands]
         if not operands:
             raise ValueError(f"Einsum: subscripts {subscripts!r} with no operand; give one or "

@@ -33,9 +33,9 @@ def _index_part(part, xp):
             raise IndexError(f"GetItem: an index NetVar must hold integers or booleans, "
                              f"got dtype {part.dtype} (build it with dtype=int, or "
                              "dtype=bool for a mask)")
-    if isinstance(part, list) and not part:
+    if isinstance(part, (list, tuple)) and not part:
         part = xp.zeros(0, dtype=numpy.intp)    # x[[]] selects nothing, as in NumPy
-    elif isinstance(part, list) or (hasattr(part, "dtype") and getattr(part, "ndim", 0)):
+    elif isinstance(part, (list, tuple)) or (hasattr(part, "dtype") and getattr(part, "ndim", 0)):
         part = xp.asarray(part)     # lists, and index arrays moved to the data's device
     return part
 

@@ -186,6 +186,19 @@ def test_maxpool_padding_never_wins_over_negative_windows(rng):
     np.testing.assert_array_equal(y.data[..., 0, 0], corner)
 
 
+def test_maxpool_padding_never_wins_over_minus_infinity():
+    # a window whose real cells are all -inf tied with its padding, which came first: five of
+    # the nine outputs' gradients went to the padding and were lost
+    data = np.array([[[[-np.inf, -np.inf], [-np.inf, 1.0]]]])
+    x = nn.NetVar(data)
+    y = nn.MaxPool2D(x, 2, 1, 1)
+    y.back()
+    np.testing.assert_array_equal(x.g, [[[[3.0, 1.0], [1.0, 4.0]]]])     # PyTorch's
+    nan = nn.NetVar(np.array([[[[np.nan, 2.0], [3.0, 1.0]]]]))
+    nn.MaxPool2D(nan, 2, 1, 1).back()
+    assert nan.g.sum() == 9 and nan.g[0, 0, 0, 0] == 4     # NaN is the max of its windows
+
+
 def test_avgpool_count_include_pad_divides_by_the_window_or_the_real_cells():
     x = nn.NetVar(np.ones((1, 1, 4, 4)))
     with_pad = nn.AvgPool2D(x, 3, 1, 1).data[0, 0]
@@ -279,6 +292,12 @@ def test_conv_and_pools_take_arrays_as_constants(rng):
     assert x.g.shape == x.shape and b.g.shape == b.shape
     for pool in (nn.MaxPool2D, nn.AvgPool2D):
         np.testing.assert_array_equal(pool(x.data, 2).data, pool(x, 2).data)
+    # integers beside a float64 node are exact, as with + and @ (float32 gave 123456792)
+    big = np.full((1, 1, 1, 1), 123456789)
+    one = nn.NetVar(np.ones((1, 1, 1, 1)))
+    assert nn.Conv2D(big, one).data.item() == 123456789
+    assert nn.Einsum("ij,jk->ik", np.array([[123456789, 3]]),
+                     nn.NetVar(np.array([[1.0], [0.0]]))).data.item() == 123456789
 
 
 @pytest.mark.parametrize("flag", ["no", None, 0, 1])

@@ -257,3 +257,23 @@ def test_an_empty_list_index_selects_nothing_as_in_numpy():
     assert x[[], 1].shape == a[[], 1].shape == (0,)
     (x[[]].sum() * 5.0 + x.sum()).back()
     np.testing.assert_array_equal(x.g, np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("index, expected", [
+    (((0, 0), slice(None)), [[2, 2, 2], [0, 0, 0]]),
+    ((slice(None), (1, 1)), [[0, 2, 0], [0, 2, 0]]),
+    (((0, 0, 1),), [[2, 2, 2], [1, 1, 1]]),
+])
+def test_a_tuple_inside_the_index_adds_every_repeat_as_a_list_does(index, expected):
+    # a tuple part was not read as an index array: repeats overwrote each other (1 for 2)
+    a = np.arange(6.0).reshape(2, 3)
+    x = nn.NetVar(a)
+    y = x[index]
+    np.testing.assert_array_equal(y.data, a[index])
+    y.sum().back()
+    np.testing.assert_array_equal(x.g, expected)
+    first, = nn.grad((x[index] * x[index]).sum(), [x], create_graph=True)
+    second, = nn.grad((first * first).sum(), [x])
+    listed = tuple(list(part) if isinstance(part, tuple) else part for part in index)
+    first_l, = nn.grad((x[listed] * x[listed]).sum(), [x], create_graph=True)
+    np.testing.assert_array_equal(second, nn.grad((first_l * first_l).sum(), [x])[0])
