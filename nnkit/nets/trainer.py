@@ -174,8 +174,9 @@ class Trainer:
     def fit(self, train_batches, epochs=1, val=None):
         """Train for ``epochs`` more epochs (or until a hook stops); returns the History.
 
-        ``trainer.val`` holds ``val`` (hooks read it). An epoch that raises before
-        its first update does not count: ``trainer.epoch`` stays at the last epoch trained.
+        ``trainer.val`` holds ``val`` (hooks read it). An epoch that raises, or is stopped,
+        before its first update does not count: ``trainer.epoch`` stays at the last epoch
+        trained, and the next fit's first epoch takes its number.
         """
         epochs = checks.count("Trainer.fit", "epochs", epochs, 1)
         _check_batches("Trainer.fit", "train_batches", train_batches, epochs)
@@ -206,7 +207,9 @@ class Trainer:
                 if self.steps == steps:       # nothing trained: the epoch did not happen
                     self.epoch -= 1
                 raise
-            if logs is None:      # stopped mid-epoch
+            if logs is None:      # stopped mid-epoch (before its first update: it did not happen)
+                if self.steps == steps:
+                    self.epoch -= 1
                 break
             if val is not None:
                 logs.update({f"val_{key}": value for key, value in

@@ -170,6 +170,8 @@ def test_stop_on_nan_names_the_parameter_with_a_bad_gradient():
     assert trainer.stop_reason.startswith("StopOnNaN: the gradient of parameter 1 'scale' of "
                                           "shape (1, 2) is not finite at epoch 1, batch 1")
     np.testing.assert_array_equal(w.data, [[0.0, 4.0]])
+    # stopped before the epoch's first update: it does not count (epoch 0, then 1 again)
+    assert trainer.epoch == 0 and trainer.steps == 0
 
 
 def test_lr_schedule_per_epoch_per_step_and_on_plateau():
