@@ -147,11 +147,13 @@ def _array_pass(outputs, seeds, inputs):
             node._gshared = shared
 
 
-def _graph_pass(outputs, seeds, inputs):
+def _graph_pass(outputs, seeds, inputs, leaves=False):
     """The gradient of each input as a node (None where the outputs do not depend on it).
 
     Children before parents, as in ``back()``: each op whose gradient is known hands its
-    parents theirs through ``_grads`` (or its composite), built with grad mode on.
+    parents theirs through ``_grads`` (or its composite), built with grad mode on. With
+    ``leaves`` the inputs are taken as leaves: their gradients are not passed on to what they
+    were computed from (a composite's pass, whose caller passes them on).
     """
     nodes = _reachable(outputs)
     wanted = set(inputs)
@@ -166,7 +168,7 @@ def _graph_pass(outputs, seeds, inputs):
             _add(grads, y, seed)
         for node in sorted(relevant, key=_creation_index, reverse=True):
             g = grads.get(node)
-            if g is None or not node._parents:
+            if g is None or not node._parents or leaves and node in wanted:
                 continue
             _check_versions(node)
             parents = node._parents
@@ -188,9 +190,11 @@ def _op_grads(node, g, parents):
     composite = getattr(node, "_composite", None)
     if composite is None:
         return tuple(node._grads(g, *parents))
-    # A node given as two inputs gets its whole gradient once, at its first position.
+    # A node given as two inputs gets its whole gradient once, at its first position. The
+    # parents are leaves of this pass: an input computed from another input (a recurrent op's
+    # initial state from the same weights) hands its gradient on in the caller's pass, once.
     wanted = list({id(parent): parent for parent in parents if parent.requires_grad}.values())
-    found = _graph_pass([composite(*parents)], [g], wanted) if wanted else []
+    found = _graph_pass([composite(*parents)], [g], wanted, leaves=True) if wanted else []
     by_parent = dict(zip(map(id, wanted), found))
     return tuple(by_parent.pop(id(parent), None) for parent in parents)
 

@@ -338,6 +338,28 @@ def test_a_composite_op_given_one_node_as_two_inputs_counts_its_gradient_once(rn
     np.testing.assert_allclose(second.data, first, rtol=1e-12)
 
 
+def test_a_composite_op_whose_input_depends_on_another_input_counts_each_path_once(rng):
+    # the composite's own pass went on past its inputs: b = a + c reached a there, and again
+    # in the outer pass (CosineSimilarity(v, v + c), a recurrent layer applied twice, a chunk
+    # starting from the previous chunk's final state: wrong first-order values)
+    v = var(rng, 2, 3)
+    offset = rng.standard_normal((2, 3))
+    cosine = nn.CosineSimilarity(v, v + offset).sum()
+    np.testing.assert_allclose(nn.grad(cosine, [v], create_graph=True)[0].data,
+                               nn.grad(cosine, [v])[0], rtol=1e-12)
+    x = var(rng, 2, 3)
+    y = CubeProduct(x, x * 2.0)
+    np.testing.assert_allclose(nn.grad(y.sum(), [x], create_graph=True)[0].data,
+                               6 * x.data ** 2, rtol=1e-12)           # y = 2x³
+    layer = nn.layers.RNN(3, 3, seed=0)
+    for p in layer.vars:
+        p.data = p.data.astype(np.float64)
+    steps = nn.NetVar(rng.standard_normal((4, 2, 3)), requires_grad=False)
+    twice = layer(layer(steps)).sum()
+    np.testing.assert_allclose(nn.grad(twice, [layer.W], create_graph=True)[0].data,
+                               nn.grad(twice, [layer.W])[0], rtol=1e-10, atol=1e-12)
+
+
 class CubeProduct(nn.NetOp):
     """a·a·b, first order by _back, higher orders through a composite."""
 
