@@ -126,7 +126,8 @@ class NetVar(ArrayLike):
     def __init__(self, data, requires_grad=True, dtype=None, name=None):
         if not isinstance(requires_grad, (bool, numpy.bool_)):
             raise TypeError(f"NetVar: requires_grad must be True or False, got {requires_grad!r}")
-        data = as_array(data._data if isinstance(data, NetVar) else data, dtype)
+        # A node's data is copied: two nodes sharing one array would miss each other's edits
+        data = as_array(data._data.copy() if isinstance(data, NetVar) else data, dtype)
         if data.ndim < 2:
             data = data.reshape(1, -1) if data.ndim == 1 else data.reshape(1, 1)
         _init_leaf(self, data, bool(requires_grad), name)
@@ -140,7 +141,7 @@ class NetVar(ArrayLike):
     @data.setter
     def data(self, value):
         if isinstance(value, NetVar):
-            value = value._data
+            value = value._data.copy()      # not shared: an edit through one node is seen
         if not (hasattr(value, "shape") and hasattr(value, "dtype")):
             value = as_array(value, self._data.dtype, f".data of {self._describe()}")
             value = backend.array_module(self._data).asarray(value)
@@ -297,8 +298,10 @@ class NetVar(ArrayLike):
 
     # -- the graph
     def detach(self):
-        """A constant NetVar sharing this node's data, cut from the graph."""
-        return constant(self._data)
+        """A constant NetVar holding a copy of this node's data, cut from the graph (a copy:
+        an edit through it, ``d.data += 1``, must not change the data this node's graph
+        used without the engine seeing it)."""
+        return constant(self._data.copy())
 
     @property
     def parents(self):

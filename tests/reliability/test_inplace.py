@@ -187,3 +187,22 @@ def test_editing_an_ops_own_output_after_it_was_computed_is_refused():
                                                   r"changed after the op computed it"):
         y.back()
     assert x._g is None
+
+
+def test_an_edit_through_a_copy_of_a_node_never_changes_the_data_its_graph_used():
+    # detach(), NetVar(w) and w.data = v shared one array between two nodes: an edit through
+    # one went unseen by the other's graph, whose gradient then used the new values
+    for make in (lambda w: w.detach(), lambda w: nn.NetVar(w)):
+        w = nn.NetVar(np.array([[1.0, 2.0]]))
+        y = (w * w).sum()
+        other = make(w)
+        other.data += 1
+        y.back()
+        np.testing.assert_array_equal(w.g, [[2.0, 4.0]])
+        np.testing.assert_array_equal(w.data, [[1.0, 2.0]])
+    w, v = nn.NetVar(np.array([[0.0, 0.0]])), nn.NetVar(np.array([[4.0, 4.0]]))
+    w.data = v
+    y = (w * w).sum()
+    v.data += 1
+    y.back()
+    np.testing.assert_array_equal(w.g, [[8.0, 8.0]])
