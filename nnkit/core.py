@@ -75,14 +75,18 @@ def constant(value, like=None, dtype=None):
 
     A Python number or list adopts the dtype (and device) of ``like``, as a Python scalar
     operand does in NumPy 2, and so does an integer or boolean array beside a float ``like``
-    (exact in float64: 123456789 stays 123456789); ``dtype`` sets one (``dtype=bool`` keeps a
-    mask boolean).
+    (exact in float64: 123456789 stays 123456789); a complex number stays complex, as a complex
+    array does; ``dtype`` sets one (``dtype=bool`` keeps a mask boolean).
     """
     if isinstance(value, NetVar):
         return value
     kind = type(value)
     if dtype is None and kind is _ndarray and value.dtype.kind == "f":
         data = value              # the dtype policy keeps a float array as it is
+    elif dtype is None and isinstance(value, (complex, numpy.complexfloating)):
+        # complex, as a complex array operand is (a cast to like's real dtype dropped 2j)
+        xp = numpy if like is None else backend.array_module(like._data)
+        data = xp.asarray(value)
     elif (kind is float or kind is int) and like is not None and dtype is None and \
             type(like._data) is _ndarray:
         data = numpy.asarray(value, like._data.dtype)

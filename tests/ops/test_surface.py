@@ -1,5 +1,6 @@
 """NetVar's surface (nnkit/ops/surface.py): operators with plain operands, comparisons, the table."""
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -132,3 +133,15 @@ def test_a_number_with_integer_data_is_kept_as_the_number():
                          (1 / x, 1 / np.array([[1, 2, 3]]))]:
         assert node.dtype == np.float64
         np.testing.assert_array_equal(node.data, values)
+
+
+@pytest.mark.parametrize("number", [1 + 2j, np.complex128(1 + 2j), np.complex64(2j)])
+def test_a_complex_number_operand_stays_complex_as_in_numpy(number):
+    # a NumPy complex scalar was cast to the node's real dtype: x + 5j gave x, with a warning
+    a = np.array([[1.0, 2.0, 3.0]])
+    x = nn.NetVar(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for node, expected in ((x * number, a * number), (x + number, a + number),
+                               (number - x, number - a)):
+            np.testing.assert_array_equal(node.data, expected)
