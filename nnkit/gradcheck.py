@@ -238,8 +238,11 @@ def gradgradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, seed=0, raise_on_e
     numeric gradient from central differences of F, each F computed with first-order
     gradients (``create_graph=False``, the ops' ``_back``). Both are compared for every input
     and for R itself (listed last, as "the upstream gradient": it checks how each ``_grads``
-    uses its upstream gradient ``g``). The report, return value and errors are those of
-    ``gradcheck``.
+    uses its upstream gradient ``g``). First, the first-order gradients that
+    ``grad(create_graph=True)`` builds must equal those of ``_back`` (a rule off by a constant
+    would pass the second-order test, and a gradient penalty uses these values): a mismatch is
+    reported as "gradgradcheck (first order, create_graph=True against back())". The report,
+    return value and errors are those of ``gradcheck``.
     """
     inputs = list(inputs)
     _check_arguments("gradgradcheck", eps, atol, rtol, inputs)
@@ -257,6 +260,13 @@ def gradgradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, seed=0, raise_on_e
         return float(sum(backend.to_cpu((g * v).sum()) for g, v in zip(found, directions)))
 
     found = grad(out, wanted, g=Reshape(upstream, out.shape), create_graph=True)
+    plain = grad(out, wanted, g=weights)
+    first = GradcheckReport(
+        [_Input(position, x, node.data, array, atol, rtol) for position, x, node, array
+         in zip([k for k, x in enumerate(inputs) if x.requires_grad], wanted, found, plain)],
+        title="gradgradcheck (first order, create_graph=True against back())")
+    if not first.ok:
+        return _verdict(first, verbose, raise_on_error)
     total = sum(((g * v).sum() for g, v in zip(found, directions)))
     everything = wanted + [upstream]
     if total.requires_grad:

@@ -305,7 +305,7 @@ def test_create_graph_keeps_each_gradient_in_its_nodes_dtype_as_back_does(rng):
 
 def test_gradgradcheck_finds_a_wrong_rule_and_names_the_input(rng):
     x = var(rng, 2, 2)
-    with pytest.raises(nn.GradcheckError, match="gradgradcheck: input 0") as error:
+    with pytest.raises(nn.GradcheckError, match=r"gradgradcheck .*: input 0") as error:
         nn.gradgradcheck(lambda x: WrongSecond(x), x)
     assert "WRONG GRADIENTS" in str(error.value.report)
 
@@ -317,6 +317,25 @@ def test_gradgradcheck_finds_a_rule_that_cuts_the_upstream_gradient(rng):
         nn.gradgradcheck(lambda x: IgnoresUpstream(x), x)
     report = error.value.report
     assert report.inputs[0].wrong == 0 and report.inputs[1].wrong > 0
+
+
+def test_gradgradcheck_compares_the_first_order_values_of_both_rules(rng):
+    # a _grads off by a constant has the right second derivatives: it passed
+    class OffByOne(nn.NetOp):
+        def __init__(self, x):
+            super().__init__(x.data ** 3, x)
+
+        def _back(self, x):
+            x.accumulate(self.g * 3 * x.data ** 2)
+
+        def _grads(self, g, x):
+            return (g * 3.0 * x * x + 1.0,)
+
+    x = var(rng, 1, 2)
+    assert nn.gradcheck(lambda x: OffByOne(x), x)
+    with pytest.raises(nn.GradcheckError, match=r"gradgradcheck \(first order, create_graph="
+                                                r"True against back\(\)\): input 0"):
+        nn.gradgradcheck(lambda x: OffByOne(x), x)
 
 
 def test_gradgradcheck_verbose_report_and_return_value(rng, capsys):
