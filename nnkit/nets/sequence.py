@@ -57,6 +57,9 @@ class SequenceModel(Module):
         if cell != 'rnn' and activation != 'tanh':
             raise ValueError(f"SequenceModel: activation is for cell='rnn'; an '{cell}' cell "
                              f"has its own nonlinearities, got activation={activation!r}")
+        if activation not in RNN.activations:       # refused before any weight is drawn
+            raise ValueError(f"SequenceModel: activation must be one of "
+                             f"{list(RNN.activations)}, got {activation!r}")
         generator = backend.as_generator(seed, "SequenceModel")
         self.cell, self.per_step, self.activation = cell, per_step, activation
         self.table = None
@@ -86,9 +89,9 @@ class SequenceModel(Module):
                 raise ValueError(f"SequenceModel: features must be (T, B, F), time-major, got "
                                  f"shape {numpy.shape(data)}")
             return x
-        if getattr(data, "ndim", 0) != 2:
+        if numpy.ndim(data) != 2:
             raise ValueError(f"SequenceModel: token ids must be (T, B), got shape "
-                             f"{tuple(getattr(data, 'shape', ()))}")
+                             f"{numpy.shape(data)}")
         return Embedding(data, self.table)
 
     def _state(self, state, x):

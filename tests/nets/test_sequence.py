@@ -159,3 +159,18 @@ def test_recurrent_weights_arguments():
         nn.recurrent_weights("lstm", 3, 4, forget_bias=float("nan"))
     with pytest.raises(TypeError, match="recurrent_weights: seed must be None, an int"):
         nn.recurrent_weights("lstm", 3, 4, seed="0")
+
+
+def test_a_bad_rnn_activation_is_refused_before_any_draw_and_token_lists_are_read():
+    # activation='foo' was taken (every weight drawn) and refused at the first call; a list of
+    # token ids was read as shape ()
+    nn.seed(0)
+    expected = nn.glorot(2, 2).data
+    nn.seed(0)
+    with pytest.raises(ValueError, match=r"SequenceModel: activation must be one of \['linear', "
+                                         r"'relu', 'sigmoid', 'tanh'\], got 'foo'"):
+        nn.SequenceModel(5, 4, 5, cell="rnn", activation="foo")
+    np.testing.assert_array_equal(nn.glorot(2, 2).data, expected)
+    lm = nn.SequenceModel(5, 4, 5, embedding=3, seed=0)
+    ids = [[1, 2], [3, 4]]
+    np.testing.assert_array_equal(lm(ids).data, lm(np.array(ids)).data)
