@@ -9,7 +9,9 @@ weight); a node computed by an op (the last output a model keeps, even one compu
 Buffers are arrays that are saved and moved but never trained (BatchNorm's running
 statistics). An object declares them with a class attribute ``buffers``, the names of its
 attributes that hold them; the walk finds such objects like parameters (``BatchNormState`` is
-one, so an FFN with BatchNorm saves its statistics).
+one, so an FFN with BatchNorm saves its statistics). It may also define
+``check_buffer(attribute, array, where)``, which ``load_state`` calls on each incoming array
+before anything is assigned (BatchNormState refuses a negative or non-finite statistic).
 
 Names are dotted paths of attributes, list indices and dict keys: ``blocks.0.fc.W``.
 """
@@ -130,6 +132,9 @@ class Module:
             if kind != "buffer" and given.dtype != mine.dtype or given.dtype.kind != mine.dtype.kind:
                 raise TypeError(f"{where}: '{name}' has dtype {given.dtype} in the state and "
                                 f"{mine.dtype} in the model")
+            owner = value[0] if kind == "buffer" else None
+            if callable(getattr(owner, "check_buffer", None)):    # e.g. no negative variance
+                owner.check_buffer(value[1], given, f"{where}: '{name}'")
         for name, value, kind in targets:               # all checked: now assign
             mine = getattr(*value) if kind == "buffer" else value._data
             array = _like(state[name], mine)

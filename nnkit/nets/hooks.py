@@ -152,6 +152,7 @@ class EarlyStopping(Hook):
         self.patience = checks.count("EarlyStopping", "patience", patience, 1)
         self.monitor = Best(mode, min_delta, "EarlyStopping")
         self.best_epoch = None
+        self._fresh = False
 
     @property
     def best(self):
@@ -159,11 +160,15 @@ class EarlyStopping(Hook):
 
     def on_fit_start(self, trainer):
         _check_validated("EarlyStopping", trainer, self.metric)
-        self.monitor = Best(self.monitor.mode, self.monitor.min_delta, "EarlyStopping")
-        self.best_epoch = None
+        self._fresh = True        # reset at the first epoch's end: a refused fit changes nothing
 
     def on_epoch_end(self, trainer, logs):
-        if self.monitor.update(_metric_value("EarlyStopping", logs, self.metric)):
+        value = _metric_value("EarlyStopping", logs, self.metric)
+        if self._fresh:
+            self.monitor = Best(self.monitor.mode, self.monitor.min_delta, "EarlyStopping")
+            self.best_epoch = None
+            self._fresh = False
+        if self.monitor.update(value):
             self.best_epoch = trainer.epoch
         elif self.monitor.bad >= self.patience:
             trainer.stop(f"EarlyStopping: {self.metric} has not improved for "

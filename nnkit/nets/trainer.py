@@ -188,16 +188,21 @@ class Trainer:
             if isinstance(batches, collections.abc.Sized) and len(batches) == 0 and (
                     name == "train_batches" or self.parallel is None):
                 raise ValueError(f"Trainer.fit: {name} holds no batches")
+        kept = self.stop_reason, self.val, self.epochs
         self.stop_reason = None
         self.val = val
         self.epochs = self.epoch + epochs
         self._running = self.hooks
-        if self.parallel is not None:
-            self.parallel.on_fit_start(self)
-            if not self.parallel.is_root:
-                self._running = [hook for hook in self.hooks if not (
-                    isinstance(hook, _ROOT_ONLY) or getattr(hook, "root_only", False))]
-        self._call("on_fit_start")
+        try:                    # a hook refusing the fit leaves the trainer as it was
+            if self.parallel is not None:
+                self.parallel.on_fit_start(self)
+                if not self.parallel.is_root:
+                    self._running = [hook for hook in self.hooks if not (
+                        isinstance(hook, _ROOT_ONLY) or getattr(hook, "root_only", False))]
+            self._call("on_fit_start")
+        except BaseException:
+            self.stop_reason, self.val, self.epochs = kept
+            raise
         for _ in range(epochs):
             self.epoch += 1
             steps = self.steps
@@ -409,8 +414,16 @@ def _positions(batch, predictions, mask):
 
 
 def _update_metrics(metrics, predictions, targets, mask):
-    for metric in metrics.values():
-        if mask is None:
-            metric.update(predictions, targets)
-        else:
-            metric.update(predictions, targets, mask=mask)
+    """Update every metric with the batch, or none: one refusing it puts back the others'
+    sums (a batch counted by some metrics only would skew them)."""
+    kept = [(metric, metric.total, metric.count) for metric in metrics.values()]
+    try:
+        for metric in metrics.values():
+            if mask is None:
+                metric.update(predictions, targets)
+            else:
+                metric.update(predictions, targets, mask=mask)
+    except BaseException:
+        for metric, total, count in kept:
+            metric.total, metric.count = total, count
+        raise

@@ -21,7 +21,8 @@ class BatchNormState:
     ``BatchNormState(features, momentum=0.1, eps=1e-5)``. Each training step updates, as
     PyTorch does, running = (1 − momentum) · running + momentum · batch, with the unbiased batch
     variance (n / (n − 1) times the biased one); evaluation normalises with them. The arrays
-    follow the data's device and dtype on first use. Because it is not a NetVar, ``FFN.vars``
+    follow the data's device and dtype at the first training step (evaluation reads them in
+    the data's dtype and stores nothing). Because it is not a NetVar, ``FFN.vars``
     never lists it and optimizers never touch it. BatchNorm checks momentum, eps and the shapes
     of the running arrays again at each call, so a state edited into nonsense is refused.
     ``buffers`` names the arrays that ``Module.state()`` (and so ``nn.save``) saves.
@@ -45,13 +46,25 @@ class BatchNormState:
         self.num_batches_tracked = 0
 
     def statistics(self, like):
-        """(running_mean, running_var) on the device and in the dtype of the array ``like``."""
+        """(running_mean, running_var) on the device and in the dtype of the array ``like``:
+        converted copies when they differ, the stored arrays untouched (an evaluation in
+        float16 must not round them for good)."""
         xp = backend.array_module(like)
         if backend.array_module(self.running_mean) is not xp \
                 or self.running_mean.dtype != like.dtype:
-            self.running_mean = xp.asarray(self.running_mean, dtype=like.dtype)
-            self.running_var = xp.asarray(self.running_var, dtype=like.dtype)
+            return (xp.asarray(self.running_mean, dtype=like.dtype),
+                    xp.asarray(self.running_var, dtype=like.dtype))
         return self.running_mean, self.running_var
+
+    def check_buffer(self, attribute, array, where):
+        """Refuse a loaded running statistic that evaluation could not use: not finite, or a
+        negative variance (every output NaN). ``Module.load_state`` calls it."""
+        host = backend.to_cpu(array)
+        if not numpy.isfinite(host).all():
+            raise ValueError(f"{where}: the BatchNorm {attribute} holds values that are not "
+                             "finite (NaN or inf)")
+        if attribute == "running_var" and (host < 0).any():
+            raise ValueError(f"{where}: the BatchNorm running_var holds negative values")
 
     def update(self, mean, var, n):
         """Fold one batch's mean and biased variance over n values into the running ones."""

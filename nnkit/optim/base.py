@@ -212,6 +212,7 @@ class Optimizer:
         params = [p for _, p, _ in pending]
         grads = [p._g for p in params]
         self._check_gradients(pending, grads, where, "")
+        self._check_state_shapes(pending, where)
         # what the modifiers record (ClipGradNorm.last_norm) is put back if a later one refuses
         records = [(modifier.__dict__, dict(modifier.__dict__)) for modifier in self.modifiers
                    if hasattr(modifier, "__dict__")]
@@ -284,6 +285,18 @@ class Optimizer:
             raise ValueError(f"{where}: the gradient of parameter {position} ({p._describe()})"
                              f"{source} {found}; nothing was updated")
 
+    def _check_state_shapes(self, pending, where):
+        """A parameter whose data was given another shape (``p.data = ...``) no longer fits
+        its state arrays: refused before any update (the update would fail midway)."""
+        for position, p, _ in pending:
+            for key, value in self.state[position].items():
+                if backend.is_array(value) and value.shape != p._data.shape:
+                    raise ValueError(
+                        f"{where}: state '{key}' of parameter {position} ({p._describe()}) has "
+                        f"shape {tuple(value.shape)}, the parameter's data now {p.shape}; "
+                        f"forget the old state with optimizer.state[{position}] = {{}}; "
+                        "nothing was updated")
+
     def _enter(self, group, defaults):
         """Make ``group``'s options the optimizer's attributes; returns the defaults to restore."""
         self._restore(defaults)
@@ -353,6 +366,13 @@ class Optimizer:
                 raise ValueError(f"{where}: the state is missing '{key}'")
         if saved["type"] != name:
             raise ValueError(f"{where}: the state is of a {saved['type']} optimizer")
+        for key, kind, items in (("options", dict, None), ("sizes", (list, tuple), int),
+                                 ("groups", (list, tuple), dict), ("state", (list, tuple), dict)):
+            value = saved[key]
+            if not isinstance(value, kind) or items is not None and not all(
+                    isinstance(item, items) for item in value):
+                raise ValueError(f"{where}: the state's '{key}' is malformed (got "
+                                 f"{type(value).__name__} {value!r:.60})")
         sizes = [len(group["params"]) for group in self.param_groups]
         if list(saved["sizes"]) != sizes:
             raise ValueError(f"{where}: saved parameter groups have sizes "
@@ -391,6 +411,8 @@ class Optimizer:
                                          f"shape {tuple(value.shape)}, the parameter has shape "
                                          f"{p.shape}")
                     xp = backend.array_module(value)
+                    with numpy.errstate(over="ignore"):   # as load_state_dict will cast it
+                        value = value.astype(p._data.dtype)
                     if not bool(xp.isfinite(value).all()):
                         raise ValueError(f"{where}: state '{key}' of parameter {position} holds "
                                          "values that are not finite (NaN or inf)")

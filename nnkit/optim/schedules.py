@@ -110,13 +110,21 @@ class Schedule:
 
     def step(self):
         """Advance the count by one and set the new learning rate; returns it."""
-        self.set_factor(self.factor(self.t + 1))
+        self.set_factor(self._factor(self.t + 1))
         self.t += 1
         return self.optimizer.lr
 
     def _apply(self):
-        self.set_factor(self.factor(self.t))
+        self.set_factor(self._factor(self.t))
         return self.optimizer.lr
+
+    def _factor(self, t):
+        """``factor(t)``, with an overflow (γ^t for a large t) named as this schedule's."""
+        try:
+            return self.factor(t)
+        except OverflowError:
+            raise ValueError(f"{type(self).__name__}: the factor of the base learning rate "
+                             f"overflows at count {t}") from None
 
     def _check_groups(self):
         groups = len(self.optimizer.param_groups)
@@ -176,7 +184,7 @@ class Schedule:
         kept = self.base, self.group_bases
         self._restore_bases(*bases)
         try:
-            self.set_factor(self.factor(t))
+            self.set_factor(self._factor(t))
         except BaseException:
             self._restore_bases(*kept)
             raise
@@ -239,6 +247,8 @@ class LinearWarmup(Schedule):
             raise TypeError(f"LinearWarmup: then must be a schedule, got {type(then).__name__}")
         if then is not None and then.optimizer is not optimizer:
             raise ValueError("LinearWarmup: `then` must schedule the same optimizer")
+        if then is not None:
+            then._check_groups()        # before any learning rate is set
         self.then = then
         super().__init__(optimizer)
         if then is not None:

@@ -458,3 +458,30 @@ def test_padded_sequence_batches_weigh_their_valid_steps_even_with_predictions()
     full = nn.SoftmaxCELoss(nn.NetVar(x) @ w, t, lengths=lengths).item()
     assert history["loss"][0] == pytest.approx(full, rel=1e-12)
     assert history["samples"] == [sum(len(s) for s in seqs)]
+
+
+def test_a_fit_refused_by_a_hook_at_its_start_changes_no_hook_and_not_the_trainer(tmp_path):
+    # EarlyStopping had already forgotten its best, and the trainer its val and epochs, when
+    # SaveBest refused a fit without validation data
+    x, y = _problem()
+    step, params = _model()
+    stopper = nn.EarlyStopping("loss", patience=5)
+    saver = nn.SaveBest(str(tmp_path / "best.npz"), "val_loss")
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.1), hooks=[stopper, saver])
+    trainer.fit(_batches(x, y), epochs=2, val=_batches(x, y))
+    best, epoch, val, epochs = stopper.best, stopper.best_epoch, trainer.val, trainer.epochs
+    with pytest.raises(ValueError, match="SaveBest: monitors 'val_loss', but fit"):
+        trainer.fit(_batches(x, y), epochs=2)
+    assert (stopper.best, stopper.best_epoch) == (best, epoch) and best is not None
+    assert trainer.val is val and trainer.epochs == epochs
+
+
+def test_a_batch_refused_by_one_metric_is_counted_by_none():
+    # Accuracy had counted the batch that MSE then refused
+    x, y = _problem()
+    step, params = _model()
+    metrics = {"accuracy": nn.Accuracy(), "mse": nn.MSE()}
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.1), metrics=metrics)
+    with pytest.raises(ValueError):
+        trainer.fit(_batches(x, y))
+    assert all(metric.count == 0 for metric in metrics.values())

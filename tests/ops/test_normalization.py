@@ -229,3 +229,35 @@ def test_layernorm_parameters_must_be_netvars_of_the_right_size(rng):
     with pytest.raises(ValueError, match=r"LayerNorm: beta of shape \(1, 2\) does not match the "
                                          r"3 features"):
         nn.LayerNorm(x, None, nn.NetVar(np.ones(2)))
+
+
+def test_evaluation_reads_the_statistics_in_the_datas_dtype_and_stores_nothing(rng):
+    # an evaluation of float16 data rounded the stored float32 statistics for good
+    state = nn.BatchNormState(3)
+    with nn.train_mode():
+        nn.BatchNorm(nn.NetVar(rng.standard_normal((8, 3)).astype(np.float32)), None, None, state)
+    mean, var = state.running_mean.copy(), state.running_var.copy()
+    with nn.eval_mode():
+        y = nn.BatchNorm(nn.NetVar(rng.standard_normal((4, 3)).astype(np.float16)), None, None,
+                         state)
+    assert y.dtype == np.float16 and state.running_mean.dtype == np.float32
+    np.testing.assert_array_equal(state.running_mean, mean)
+    np.testing.assert_array_equal(state.running_var, var)
+
+
+def test_a_negative_or_non_finite_running_statistic_is_refused_by_load_state():
+    class Net(nn.Module):
+        def __init__(self):
+            self.stats = nn.BatchNormState(2)
+
+    net = Net()
+    for name, bad, message in (("stats.running_var", np.array([1.0, -0.5], np.float32),
+                                "running_var holds negative values"),
+                               ("stats.running_mean", np.array([np.nan, 0.0], np.float32),
+                                "running_mean holds values that are not finite")):
+        state = net.state()
+        state[name] = bad
+        with pytest.raises(ValueError, match=f"load_state: '{name}': the BatchNorm {message}"):
+            net.load_state(state)
+        np.testing.assert_array_equal(net.stats.running_var, [1.0, 1.0])
+        np.testing.assert_array_equal(net.stats.running_mean, [0.0, 0.0])

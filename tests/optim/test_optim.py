@@ -550,3 +550,40 @@ def test_load_state_dict_gives_the_state_the_parameters_dtype():
                          for key, value in saved["state"][0].items()}
     opt.load_state_dict(saved)
     assert opt.state[0]["m"].dtype == opt.state[0]["v"].dtype == np.float64
+
+
+@pytest.mark.parametrize("cls", [nn.GD, nn.Adam, nn.RMSProp, nn.AdaGrad])
+def test_a_parameter_given_data_of_another_shape_is_refused_before_any_update(cls):
+    # its state no longer fit: the step failed inside NumPy after updating the first parameter
+    # (its count advanced) and dropping every gradient
+    opt, a, b = _trained(cls, **({"momentum": 0.9} if cls is nn.GD else {}))
+    b.data = np.ones((1, 4))
+    ((a * a).sum() + (b * b).sum()).back()
+    before = _copy_state(opt)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}.step\(\): state '\w+' of parameter 1 "
+                                         r"\(NetVar #\d+ of shape \(1, 4\)\) has shape \(1, 2\), "
+                                         r"the parameter's data now \(1, 4\)"):
+        opt.step()
+    _assert_same_state(opt, before)
+    opt.state[1] = {}
+    opt.step()                                       # the way out the message gives
+    assert b._g is None
+
+
+def test_load_state_dict_refuses_values_its_cast_makes_infinite_and_malformed_lists():
+    opt, a, b = _trained(nn.Adam)
+    a.data, b.data = a.data.astype(np.float32), b.data.astype(np.float32)
+    opt.state = [{key: v.astype(np.float32) if hasattr(v, "astype") else v
+                  for key, v in s.items()} for s in opt.state]
+    good = opt.state_dict()
+    huge = {**good, "state": [{**good["state"][0], "m": np.full((3, 2), 1e300)},
+                              good["state"][1]]}          # finite in float64, inf in float32
+    before = _copy_state(opt)
+    with pytest.raises(ValueError, match="state 'm' of parameter 0 holds values that are not "
+                                         "finite"):
+        opt.load_state_dict(huge)
+    for key, bad in (("sizes", 1), ("groups", [5]), ("state", "x")):
+        with pytest.raises(ValueError, match=f"Adam.load_state_dict: the state's '{key}' is "
+                                             "malformed"):
+            opt.load_state_dict({**good, key: bad})
+    _assert_same_state(opt, before)

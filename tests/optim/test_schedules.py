@@ -185,3 +185,20 @@ def test_reduce_on_plateau_floors_every_group_at_min_lr():
     nn.ReduceOnPlateau(copy, factor=0.1, patience=0, min_lr=0.02).load_state_dict(
         plateau.state_dict())
     assert [g.get("lr") for g in copy.param_groups] == [g.get("lr") for g in opt.param_groups]
+
+
+def test_a_refused_warmup_leaves_the_rates_and_an_overflow_names_the_schedule():
+    # LinearWarmup set the rates to start·base before refusing a `then` built for fewer groups
+    a, b = nn.NetVar(np.ones((1, 1))), nn.NetVar(np.ones((1, 1)))
+    opt = nn.GD([{"params": [a]}], lr=0.1)
+    cosine = nn.CosineLR(opt, total=4)
+    opt.add_param_group({"params": [b], "lr": 0.3})
+    with pytest.raises(ValueError, match="CosineLR: the optimizer has 2 parameter groups"):
+        nn.LinearWarmup(opt, 3, then=cosine)
+    assert opt.lr == 0.1 and opt.param_groups[1]["lr"] == 0.3
+    growing = nn.ExponentialLR(_opt(), 1e200)
+    growing.step()
+    with pytest.raises(ValueError, match="ExponentialLR: the factor of the base learning rate "
+                                         "overflows at count 2"):
+        growing.step()
+    assert growing.t == 1 and growing.optimizer.lr == 1e200
