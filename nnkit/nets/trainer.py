@@ -34,7 +34,9 @@ all-reduce the gradients before each step, sum the epoch's loss and metrics over
 the output hooks (``ProgressBar``, ``SaveBest``, ``PlotHistory``, any hook with
 ``root_only = True``) on rank 0 only and stop every rank together; ``DataParallel``'s docstring
 says where each happens. ``trainer.batch_weight`` is the current batch's weight in the epoch's
-mean, which weights each rank's gradient: ``mask.sum()`` when step_fn returns a mask, else the
+mean, which weights each rank's gradient: the loss's own ``denominator`` when it has one (the
+class-index losses: the total weight Σ wᵢ of the positions they count, after class weights,
+``ignore_index`` and masks), else ``mask.sum()`` when step_fn returns a mask, else the
 batch's ``weight`` attribute (``minibatches`` sets it: sequences, or valid steps, padding left
 out), else the positions of the predictions (all axes but the last), else the rows of the
 batch's first item (of a tuple or list; the first value of a dict; the rows of a slice), and 1
@@ -239,7 +241,7 @@ class Trainer:
         batches = iter(batches)
         while (batch := self._next_batch(batches)) is not _END:
             loss, predictions, targets, mask = _unpack(self.step_fn(batch), self.metrics)
-            size = self.batch_weight = _positions(batch, predictions, mask)
+            size = self.batch_weight = _positions(batch, loss, predictions, mask)
             value = loss.item()
             _update_metrics(self.metrics, predictions, targets, mask)
             # Each step starts from zero gradients, as zero_grad() in a PyTorch loop: a
@@ -289,7 +291,7 @@ class Trainer:
             for batch in _fresh(batches):
                 loss, predictions, targets, mask = _unpack(self.step_fn(batch),
                                                            self._val_metrics)
-                loss_metric.update(loss.item(), _positions(batch, predictions, mask))
+                loss_metric.update(loss.item(), _positions(batch, loss, predictions, mask))
                 _update_metrics(self._val_metrics, predictions, targets, mask)
                 count += 1
         if self.parallel is not None:      # (a rank may have no batch of a sharded set)
@@ -394,8 +396,11 @@ def _describe(result):
     return type(result).__name__
 
 
-def _positions(batch, predictions, mask):
+def _positions(batch, loss, predictions, mask):
     """The weight of a batch in the epoch's mean loss."""
+    denominator = getattr(loss, "denominator", None)
+    if denominator is not None:               # what the loss itself divided by (Σ wᵢ)
+        return float(backend.to_cpu(denominator))
     if mask is not None:
         return float(backend.to_cpu((mask._data if isinstance(mask, NetVar) else mask).sum()))
     if getattr(batch, "weight", None) is not None:        # minibatches' batches carry theirs

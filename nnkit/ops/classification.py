@@ -77,7 +77,8 @@ def _counted(values, shares, xp):
 
 
 def _index_shares(op, what, td, zd, valid, weight, ignore_index):
-    """Class-index targets over M positions of C classes: (index per position, its share).
+    """Class-index targets over M positions of C classes: (index per position, its share, the
+    total weight Σ w).
 
     The share of position i is wᵢ / Σ w with wᵢ = weight[tᵢ] · mᵢ · [tᵢ ≠ ignore_index], so a
     weighted mean is Σ shareᵢ · valueᵢ (PyTorch's weighted mean; 0/0 = NaN when nothing counts).
@@ -107,7 +108,8 @@ def _index_shares(op, what, td, zd, valid, weight, ignore_index):
     w = keep.astype(zd.dtype)
     if weight is not None:
         w = w * weight[idx]
-    return idx, w / w.sum()
+    total = w.sum()
+    return idx, w / total, total
 
 
 class SoftmaxCELoss(Loss):
@@ -146,8 +148,8 @@ class SoftmaxCELoss(Loss):
         weight = _class_weight("SoftmaxCELoss", weight, C, zd.dtype, xp)
         self.indices = td.dtype.kind in "iub"
         if self.indices:
-            self.idx, self.coef = _index_shares("SoftmaxCELoss", "logits", td, zd, valid,
-                                                weight, ignore_index)
+            self.idx, self.coef, self.denominator = _index_shares(
+                "SoftmaxCELoss", "logits", td, zd, valid, weight, ignore_index)
             picked = logp[xp.arange(M), self.idx]
             value = -(_counted(picked, self.coef, xp) * self.coef).sum()
         else:
@@ -163,7 +165,8 @@ class SoftmaxCELoss(Loss):
             if weight is not None:
                 tw = tw * weight
             keep = xp.ones(M, dtype=zd.dtype) if valid is None else valid.astype(zd.dtype)
-            self.coef = keep / keep.sum()
+            self.denominator = keep.sum()
+            self.coef = keep / self.denominator
             self.tw = tw
             value = -(_counted((tw * logp).sum(axis=1), self.coef, xp) * self.coef).sum()
         self.logp = logp
@@ -293,10 +296,9 @@ class NLLLoss(Loss):
                              f"{td.dtype} (e.g. NetVar(labels, dtype=int))")
         C = ld.shape[-1]
         valid = _valid_mask("NLLLoss", ld.shape[:-1], mask, lengths, xp)
-        self.idx, self.coef = _index_shares("NLLLoss", "log-probabilities", td, ld,
-                                            None if valid is None else valid.reshape(-1),
-                                            _class_weight("NLLLoss", weight, C, ld.dtype, xp),
-                                            ignore_index)
+        self.idx, self.coef, self.denominator = _index_shares(
+            "NLLLoss", "log-probabilities", td, ld, None if valid is None else valid.reshape(-1),
+            _class_weight("NLLLoss", weight, C, ld.dtype, xp), ignore_index)
         _check_range("NLLLoss", "log-probabilities", ld, high=0,
                      hint="; apply LogSoftmax to scores first, or use SoftmaxCELoss on logits")
         self.rows = xp.arange(self.idx.size)

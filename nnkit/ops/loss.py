@@ -22,9 +22,11 @@ from .math import Where
 class Loss(NetOp):
     """Base class of the losses: marks the extra arguments as targets, not parameters.
 
-    ``FFN.vars`` never lists the arguments of a Loss entry.
+    ``FFN.vars`` never lists the arguments of a Loss entry. A loss that is a weighted mean may
+    set ``denominator``, the total weight it divides by (Σ wᵢ of the class-index losses): the
+    Trainer weighs the batch by it in the epoch's mean and across ranks.
     """
-    __slots__ = ()
+    __slots__ = ("denominator",)
 
 
 def _pair(op, p, t):

@@ -58,7 +58,7 @@ def test_a_loss_only_step_over_time_major_minibatches_weighs_each_batch_by_its_s
 
     def step(batch):
         x, lengths, t = batch
-        return nn.SoftmaxCELoss(nn.NetVar(x, requires_grad=False).sum(axis=0) @ w, t)
+        return nn.SoftmaxCELoss(nn.NetVar(x, requires_grad=False).sum(axis=0) @ w, t) * 1.0
 
     trainer = nn.Trainer(step, nn.GD([w], lr=0.0))
     history = trainer.fit(lambda: nn.minibatches(seqs, labels, batch_size=3, shuffle=False),
@@ -399,11 +399,11 @@ def test_dict_and_slice_batches_weigh_by_their_rows():
     step, params = _model()
     full = step((x, y))[0].item()
 
-    def by_dict(batch):
-        return step((batch["x"], batch["y"]))[0]
+    def by_dict(batch):                  # (· 1.0: a loss node that states no denominator)
+        return step((batch["x"], batch["y"]))[0] * 1.0
 
     def by_slice(rows):
-        return step((x[rows], y[rows]))[0]
+        return step((x[rows], y[rows]))[0] * 1.0
 
     dicts = [{"x": x[i:i + 10], "y": y[i:i + 10]} for i in range(0, 25, 10)]
     slices = [slice(i, min(i + 10, 25)) for i in range(0, 25, 10)]
@@ -449,7 +449,7 @@ def test_padded_sequence_batches_weigh_their_valid_steps_even_with_predictions()
     def step(batch):
         x, lengths, t = batch
         logits = nn.NetVar(x, requires_grad=False) @ w
-        return nn.SoftmaxCELoss(logits, t, lengths=lengths), logits, t
+        return nn.SoftmaxCELoss(logits, t, lengths=lengths) * 1.0, logits, t   # no denominator
 
     trainer = nn.Trainer(step, nn.GD([w], lr=0.0))
     history = trainer.fit(lambda: nn.minibatches(seqs, targets, batch_size=3, shuffle=False))
@@ -485,3 +485,21 @@ def test_a_batch_refused_by_one_metric_is_counted_by_none():
     with pytest.raises(ValueError):
         trainer.fit(_batches(x, y))
     assert all(metric.count == 0 for metric in metrics.values())
+
+
+def test_a_class_weighted_or_ignoring_loss_weighs_its_batch_by_what_it_divided_by():
+    # batches were weighed by their rows while the loss divided by Σ w (class weights) or by
+    # the targets it did not ignore: the epoch loss differed from the full-data value
+    x, y = _problem(rows=30)
+    step, params = _model()
+    y = y.copy()
+    y[:12] = -1                                  # the first batch mostly ignored
+    weight = np.array([0.2, 3.0])
+
+    def weighted(batch):
+        xb, yb = batch
+        z = nn.NetVar(xb, requires_grad=False) @ params[0] + params[1]
+        return nn.SoftmaxCELoss(z, yb, weight=weight, ignore_index=-1)
+
+    history = nn.Trainer(weighted, nn.GD(params, lr=0.0)).fit(_batches(x, y, 16))
+    assert history["loss"][0] == pytest.approx(weighted((x, y)).item(), rel=1e-12)
