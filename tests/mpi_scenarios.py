@@ -317,6 +317,45 @@ def train_batchnorm(parallel):
     return stats.running_mean
 
 
+def train_summed(parallel):
+    """A linear model trained for two epochs with DataParallel(average=False): the loss is
+    each rank's share of the batch's mean (Σ over its rows / the batch's rows), 7 and 5 rows
+    cut unevenly; returns (epoch losses, W)."""
+    rng = np.random.default_rng(11)
+    X, Y = rng.standard_normal((12, 3)), rng.standard_normal((12, 2))
+    W = nn.NetVar(np.zeros((3, 2)))
+    batches = [(X[:7], Y[:7], 7), (X[7:], Y[7:], 5)]
+    if parallel:
+        batches = [(dist.shard(x), dist.shard(y), n) for x, y, n in batches]
+
+    def step(batch):
+        x, y, rows = batch
+        r = nn.NetVar(x, requires_grad=False) @ W - y
+        return (r * r).sum() * (1 / rows), r, y
+
+    hooks = [dist.DataParallel(average=False)] if parallel else []
+    trainer = nn.Trainer(step, nn.GD([W], lr=0.1), hooks=hooks)
+    trainer.fit(batches, epochs=2)
+    return trainer.history["loss"], W.data
+
+
+def train_batchnorm_uneven(parallel):
+    """BatchNorm with momentum 1 over one batch of 7 rows (3, 2 and 2 on 3 ranks): the running
+    mean averaged by rows is the batch's mean."""
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((7, 3))
+    stats = nn.BatchNormState(3, momentum=1.0)
+    net = nn.FFN((nn.BatchNorm, nn.NetVar(np.ones(3)), None, stats))
+
+    def step(x):
+        return nn.L2Loss(net(nn.NetVar(x, requires_grad=False)), np.zeros((len(x), 3)))
+
+    hooks = [dist.DataParallel(net)] if parallel else []
+    nn.Trainer(step, nn.GD(net.vars, lr=0.0), hooks=hooks).fit(
+        [dist.shard(X) if parallel else X])
+    return stats.running_mean
+
+
 def collectives(folder):
     """The functions one by one, and the refusals that every rank must make alike."""
     r, n = dist.rank(), dist.size()
@@ -396,8 +435,28 @@ def collectives(folder):
         refusals["minibatches"] = str(error)
     numbers["refusals"] = refusals
 
+    # a rank whose shard counts for nothing (weight 0, its loss 0/0 = NaN) adds zeros
+    lost = nn.NetVar(np.zeros((1, 2)))
+    lost.g = np.full((1, 2), np.nan) if r == 0 else np.full((1, 2), r + 1.0)
+    dist.allreduce_grads([lost], weight=0 if r == 0 else 1)
+    arrays["g_weight0"] = lost.g
+    # numbers of different kinds are summed as floats; arrays of different shapes are refused
+    numbers["mixed_sum"] = dist.allreduce(0 if r == 0 else 2.5)
+    try:
+        dist.allreduce(np.zeros(2 + (r == 1)))
+    except ValueError as error:
+        refusals["allreduce_shapes"] = str(error)
+    try:
+        dist.allreduce(np.zeros(2, dtype=np.int64 if r == 0 else np.float64))
+    except ValueError as error:
+        refusals["allreduce_dtypes"] = str(error)
+
+    # the epoch's loss with average=False: each batch's summed shares, weighed by its size
+    numbers["summed_loss"], arrays["summed_W"] = train_summed(True)
+
     # BatchNorm's running statistics averaged over the ranks at the epoch's end
     arrays["running_mean"] = train_batchnorm(True)
+    arrays["running_mean_uneven"] = train_batchnorm_uneven(True)
 
     # SaveBest(restore=True) restores on rank 0 alone; the others take rank 0's values
     saver = nn.SaveBest(pathlib.Path(folder) / "restored.npz", "loss", mode="max", restore=True)

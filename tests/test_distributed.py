@@ -420,6 +420,37 @@ def test_batchnorm_statistics_are_averaged_over_the_ranks(collectives):
 
 
 @needs_mpi
+def test_batchnorm_statistics_are_weighed_by_each_ranks_rows(collectives):
+    """One batch of 7 rows cut 3, 2, 2: an even mean of the shards' means was off by ~9 %."""
+    alone_mean = scenarios.train_batchnorm_uneven(False)
+    for arrays, _ in collectives[0]:
+        np.testing.assert_allclose(arrays["running_mean_uneven"], alone_mean, rtol=1e-10)
+
+
+@needs_mpi
+def test_a_rank_of_weight_0_adds_zeros_and_allreduce_checks_what_ranks_give(collectives):
+    ranks, _ = collectives
+    for arrays, numbers in ranks:
+        # rank 0's NaN gradient, weighed 0, made every rank's NaN; ranks 1 and 2 give 2 and 3
+        np.testing.assert_allclose(arrays["g_weight0"], [[2.5, 2.5]])
+        assert numbers["mixed_sum"] == 5.0             # an int here, floats there: floats
+        refusals = numbers["refusals"]
+        assert ("allreduce: every rank must give the same shape and dtype; rank 0: an array "
+                "of dtype float64 and shape (2,); rank 1: an array of dtype float64 and shape "
+                "(3,)") in refusals["allreduce_shapes"]
+        assert "rank 0: an array of dtype int64" in refusals["allreduce_dtypes"]
+
+
+@needs_mpi
+def test_summed_gradients_log_the_loss_one_process_logs(collectives):
+    """DataParallel(average=False): the logged loss was the batch's divided by the ranks."""
+    alone_loss, alone_W = scenarios.train_summed(False)
+    for arrays, numbers in collectives[0]:
+        np.testing.assert_allclose(numbers["summed_loss"], alone_loss, rtol=1e-12)
+        np.testing.assert_allclose(arrays["summed_W"], alone_W, rtol=1e-12)
+
+
+@needs_mpi
 def test_savebest_restore_on_rank_0_reaches_every_rank(collectives):
     ranks, _ = collectives
     restored_epoch = ranks[0][1]["restored_epoch"]

@@ -135,7 +135,8 @@ def allreduce_grads(params, average=True, weight=None):
     mine = 1.0 if weight is None else weight
     scale = mine
     if average:
-        total = float(ranks) if weight is None else weight if ranks == 1 else allreduce(weight)
+        total = float(ranks) if weight is None else weight if ranks == 1 else \
+            allreduce(float(weight))
         if total == 0:
             raise ValueError(f"{where}: every rank gave weight 0, so there is no average; give "
                              "each rank's number of rows (or valid positions)")
@@ -162,7 +163,9 @@ def allreduce_grads(params, average=True, weight=None):
             if p._g is None:
                 view[...] = 0
                 continue
-            if scale == 1:
+            if scale == 0:          # a rank whose shard counts for nothing (its loss may be
+                view[...] = 0       # 0/0 = NaN): zeros, not NaN · 0
+            elif scale == 1:
                 view[...] = p._g.reshape(-1)
             else:
                 xp.multiply(p._g.reshape(-1), scale, out=view)
@@ -194,13 +197,32 @@ def _value_array(where, value):
 _OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
 
+def _agreed(where, comm, array, number):
+    """``array`` once every rank is known to give the same shape and dtype (one small
+    all-gather): MPI would combine the bytes of an int64 with those of a float64, or cut a
+    longer array. Numbers of different kinds (an int 0 here, a float there) are float64 on
+    every rank; other differences raise ValueError, on every rank."""
+    if comm.Get_size() == 1:
+        return array
+    seen = comm.allgather((array.dtype.str, tuple(array.shape), number))
+    if len(set(seen)) == 1:
+        return array
+    if all(entry[2] for entry in seen):
+        return array.astype(numpy.float64)
+    ranks = "; ".join(f"rank {r}: {'a number' if n else 'an array'} of dtype {numpy.dtype(d)} "
+                      f"and shape {s}" for r, (d, s, n) in enumerate(seen))
+    raise ValueError(f"{where}: every rank must give the same shape and dtype; {ranks}")
+
+
 def allreduce(value, op="sum"):
     """``value`` combined over the ranks: ``op`` is "sum" (default), "mean", "max" or "min".
 
     ``value``: a number (returns a Python number: an int sums to an int, "mean" gives a
     float) or a NumPy or CuPy array of numbers, or a NetVar (its data); an array comes back
     as a new array of its shape and dtype (float for "mean" of integers), on its device.
-    Every rank must give the same shape and dtype. E.g. the accuracy over every rank's test
+    Every rank must give the same shape and dtype (checked: ValueError on every rank; numbers of
+    different kinds, 0 here and 2.5 there, are summed as floats). E.g. the accuracy over every
+    rank's test
     shard: ``allreduce(correct) / allreduce(len(shard))``. In one process: the value itself
     (a copy).
     """
@@ -208,8 +230,9 @@ def allreduce(value, op="sum"):
     if op not in _OPS:
         raise ValueError(f"{where}: op must be one of {', '.join(map(repr, _OPS))}, got {op!r}")
     array, number = _value_array(where, value)
-    result = _flat_copy(array, _buffer_dtype(array.dtype))
     comm = _communicator()
+    array = _agreed(where, comm, array, number)
+    result = _flat_copy(array, _buffer_dtype(array.dtype))
     if comm.Get_size() > 1:
         result = _allreduce_in_place(comm, result, getattr(connection._MPI, _OPS[op]))
     result = result.reshape(array.shape)
@@ -229,6 +252,7 @@ def broadcast(value, root=0):
     array, number = _value_array(where, value)
     comm = _communicator()
     root = _check_root(where, root, comm)
+    array = _agreed(where, comm, array, number)
     result = _flat_copy(array, array.dtype)
     if comm.Get_size() > 1:
         result = _broadcast_in_place(comm, result, root)

@@ -140,7 +140,8 @@ class MeanLoss(Metric):
         if weight.size != 1:
             raise ValueError(f"MeanLoss: n must be one number, got shape {weight.shape}")
         n = checks.in_range("MeanLoss", "n", float(weight.reshape(())), 0)
-        self.total += float(value.reshape(())) * n
+        if n:                       # a batch of weight 0 counts for nothing, NaN (0/0) included
+            self.total += float(value.reshape(())) * n
         self.count += n
         return self
 

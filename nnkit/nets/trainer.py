@@ -235,6 +235,7 @@ class Trainer:
         self._call("on_epoch_start")
         started = time.perf_counter()
         loss_metric = MeanLoss()
+        records = []                    # (loss, weight) of each step, for DataParallel
         for metric in self.metrics.values():
             metric.reset()
         self.batch = 0
@@ -260,6 +261,7 @@ class Trainer:
             self.steps += 1
             self.batch += 1
             loss_metric.update(value, size)
+            records.append((value, size))
             self._call("on_batch_end", {"loss": value, "size": size})
             # (with DataParallel the ranks agree on a stop here at the next _next_batch)
             if self.parallel is None and self.stop_reason is not None:
@@ -270,8 +272,9 @@ class Trainer:
             raise ValueError(f"Trainer.fit: train_batches gave no batches in epoch {self.epoch}; "
                              "pass a list or a function returning a fresh iterable")
         if self.parallel is not None:
-            self.parallel.sum_metrics([loss_metric, *self.metrics.values()])
-            self.parallel.average_buffers()
+            self.parallel.sum_loss(loss_metric, records)
+            self.parallel.sum_metrics(list(self.metrics.values()))
+            self.parallel.average_buffers(sum(n for _, n in records))
         return {"epoch": self.epoch, "loss": loss_metric.value,
                 **{name: metric.value for name, metric in self.metrics.items()},
                 "lr": rate, "samples": loss_metric.count,
@@ -284,6 +287,7 @@ class Trainer:
         """
         _check_batches("Trainer.evaluate", "batches", batches, 1)
         loss_metric = MeanLoss()
+        records = []
         for metric in self._val_metrics.values():
             metric.reset()
         count = 0
@@ -291,12 +295,13 @@ class Trainer:
             for batch in _fresh(batches):
                 loss, predictions, targets, mask = _unpack(self.step_fn(batch),
                                                            self._val_metrics)
-                loss_metric.update(loss.item(), _positions(batch, loss, predictions, mask))
+                records.append((loss.item(), _positions(batch, loss, predictions, mask)))
+                loss_metric.update(*records[-1])
                 _update_metrics(self._val_metrics, predictions, targets, mask)
                 count += 1
         if self.parallel is not None:      # (a rank may have no batch of a sharded set)
-            count, = self.parallel.sum_metrics([loss_metric, *self._val_metrics.values()],
-                                               count)
+            self.parallel.sum_loss(loss_metric, records)
+            count, = self.parallel.sum_metrics(list(self._val_metrics.values()), count)
         if count == 0:
             raise ValueError("Trainer.evaluate: the validation batches gave no batches (an "
                              "iterator already used?); pass a list or a function returning "
