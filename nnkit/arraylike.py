@@ -16,7 +16,7 @@ def preview(array, threshold=6, precision=4, one_line=True):
         return "-"
     text = numpy.array2string(numpy.asarray(backend.to_cpu(array)), precision=precision,
                               threshold=threshold, edgeitems=2, separator=", ",
-                              suppress_small=True)
+                              suppress_small=False)   # 1e-6 must not read as 0
     return " ".join(text.split()) if one_line else text
 
 

@@ -290,15 +290,31 @@ class NetVar(ArrayLike):
         own: drawings and traces tell nodes apart by it."""
         clone = object.__new__(type(self))
         memo[id(self)] = clone
-        for klass in type(self).__mro__:
-            slots = getattr(klass, "__slots__", ())
-            for name in (slots,) if isinstance(slots, str) else slots:
-                if name != "__weakref__" and hasattr(self, name):
-                    setattr(clone, name, copy.deepcopy(getattr(self, name), memo))
-        if hasattr(self, "__dict__"):            # a user's op without __slots__
-            clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        for name, value in _attributes(self):
+            setattr(clone, name, copy.deepcopy(value, memo))
         clone._index = next(_counter)            # after its parents' copies: still larger
         return clone
+
+    def __copy__(self):
+        """A copy with its own data (and gradient) and creation index, the same parents: two
+        nodes never share an array (an edit through one would go unseen) or an index."""
+        clone = object.__new__(type(self))
+        for name, value in _attributes(self):
+            setattr(clone, name, value)
+        clone._data = self._data.copy()
+        if self._g is not None:
+            clone._g, clone._gshared = self._g.copy(), False
+        clone._index = next(_counter)
+        return clone
+
+    def __setstate__(self, state):
+        """Unpickling: the attributes, and a creation index of this process (the pickled one
+        may belong to a live node here)."""
+        attributes, slots = state if isinstance(state, tuple) else (state, None)
+        for mapping in (attributes, slots):
+            for name, value in (mapping or {}).items():
+                setattr(self, name, value)
+        self._index = next(_counter)
 
     # -- the graph
     def detach(self):
@@ -494,6 +510,17 @@ def _reverse_topological(root):
                 push(parent)
     nodes.sort(key=_creation_index, reverse=True)
     return nodes
+
+
+def _attributes(node):
+    """``(name, value)`` of every attribute a node holds: its slots, and a user's op's
+    ``__dict__``."""
+    for klass in type(node).__mro__:
+        slots = getattr(klass, "__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name != "__weakref__" and hasattr(node, name):
+                yield name, getattr(node, name)
+    yield from getattr(node, "__dict__", {}).items()
 
 
 _creation_index = operator.attrgetter("_index")     # a C-level sort key: no Python call per node

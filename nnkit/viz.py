@@ -135,6 +135,10 @@ def draw(root, show_data=False, show_grad=False, step=None, trace=None, names=No
     gradients = None
     if step is not None:
         trace = trace_back(root) if trace is None else trace
+        if trace and trace.root is not root:
+            raise ValueError(f"draw: the trace records the backward pass from "
+                             f"{describe(trace.root)}, not from {describe(root)}; draw "
+                             "trace.root, or record this root's pass")
         if not trace:
             raise ValueError(f"draw: step={step} but the backward pass from {describe(root)} "
                              "has no steps (the root is a leaf)")
@@ -217,7 +221,7 @@ def _label(node, name, show_data, gradients, inline):
 def _values(title, array, inline):
     array = numpy.asarray(backend.to_cpu(array))
     if array.size <= inline:
-        text = numpy.array2string(array, precision=3, suppress_small=True, separator=", ")
+        text = numpy.array2string(array, precision=3, suppress_small=False, separator=", ")
         rows = [row.strip() for row in text.splitlines()]
         return [f"{title} = {rows[0]}"] + rows[1:]
     return [f"{title}: min {array.min():.3g}  mean {array.mean():.3g}  max {array.max():.3g}"]

@@ -600,3 +600,34 @@ def test_float64_statistics_load_into_a_float32_model(path):
     nn.load(path, fresh)
     assert fresh.bn.running_mean.dtype == np.float64
     np.testing.assert_array_equal(fresh.bn.running_mean, np.full(4, 0.25))
+
+
+def test_a_file_with_an_unusable_batchnorm_statistic_is_refused_both_ways(path):
+    # a rebuilt model took a negative (or NaN) running_var and a count of -7 batches: every
+    # output in evaluation was NaN; a load into a model raised a ValueError, not CheckpointError
+    net = _bn_ffn(0)
+    _train_ffn(net, nn.Adam(net.vars, lr=0.01), 2)
+    nn.save(path, net)
+    fresh = _bn_ffn(1)
+    before = {name: array.copy() for name, array in fresh.state().items()}
+
+    def negative(arrays, meta):
+        key = _array_key(meta, "buffers", "topology.1.3.running_var")
+        arrays[key] = -np.abs(arrays[key])
+
+    _rewrite(path, negative)
+    with pytest.raises(nn.CheckpointError, match="running_var holds negative values"):
+        nn.load(path)
+    with pytest.raises(nn.CheckpointError, match="does not fit the model: .*running_var holds "
+                                                 "negative values"):
+        nn.load(path, fresh)
+    for name, array in fresh.state().items():
+        np.testing.assert_array_equal(array, before[name])
+    nn.save(path, net)
+
+    def count(arrays, meta):
+        meta["topology"][1]["args"][2]["batchnorm"]["batches"] = -7
+
+    _rewrite(path, count)
+    with pytest.raises(nn.CheckpointError, match="count of batches is -7"):
+        nn.load(path)

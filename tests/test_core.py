@@ -1,5 +1,7 @@
 """The engine: NetVar, NetOp, back(), dtype policy, modes, graph lifetime."""
+import copy
 import gc
+import pickle
 import re
 import sys
 import weakref
@@ -640,7 +642,6 @@ def test_integer_data_given_to_a_float_node_is_taken_as_floats():
 def test_a_deep_copy_has_its_own_creation_index():
     # a copied model's parameters kept their originals' indices: drawings merged the two and
     # Trace.gradients() (keyed by index) read one for the other
-    import copy
     w = nn.NetVar(np.ones((1, 2)), name="w")
     v = copy.deepcopy(w)
     assert v.index != w.index and v.name == "w" and v.data is not w.data
@@ -651,3 +652,22 @@ def test_a_deep_copy_has_its_own_creation_index():
     np.testing.assert_array_equal(gradients[v.index], [[-1.0, -1.0]])
     y = copy.deepcopy(w * 3.0)                       # an op node: after its copied parent
     assert y.index > y.parents[0].index and y.parents[0] is not w
+
+
+def test_copy_and_pickle_give_a_node_its_own_index_and_data():
+    # copy.copy and pickle kept the creation index (traces and drawings merged the two nodes:
+    # x's trace gradient read 8 for 3) and copy.copy shared the data array
+    x = nn.NetVar(np.ones((1, 2)))
+    x.g = np.full((1, 2), 7.0)
+    twin, thawed = copy.copy(x), pickle.loads(pickle.dumps(x))
+    assert len({x.index, twin.index, thawed.index}) == 3
+    assert twin.data is not x.data and twin.g is not x.g
+    np.testing.assert_array_equal(thawed.data, x.data)
+    np.testing.assert_array_equal(twin.g, x.g)
+    x.reset()
+    y = (x * 3.0 + twin * 5.0).sum()
+    trace = y.back(trace=True)
+    np.testing.assert_array_equal(trace.gradients()[x.index], [[3.0, 3.0]])
+    np.testing.assert_array_equal(x.g, [[3.0, 3.0]])
+    twin.data += 10                          # never x's data
+    np.testing.assert_array_equal(x.data, [[1.0, 1.0]])

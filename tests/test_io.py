@@ -447,3 +447,25 @@ def test_a_numpy_learning_rate_resumes_bit_identically(path):
     train(resumed, resumed_opt, 3, start=3)
     for a, b in zip(resumed.vars, reference.vars):
         np.testing.assert_array_equal(a.data, b.data)
+
+
+def test_save_follows_a_link_and_a_new_file_follows_the_umask(tmp_path):
+    # the link was replaced by a regular file (the checkpoint it named kept the old weights),
+    # and a new file was 0o644 under any umask
+    net = _net(0)
+    target = tmp_path / "real.npz"
+    nn.save(target, _net(1))
+    link = tmp_path / "latest.npz"
+    link.symlink_to(target)
+    nn.save(link, net)
+    assert link.is_symlink()
+    restored = _net(2)
+    nn.load(target, restored)
+    for a, b in zip(restored.vars, net.vars):
+        np.testing.assert_array_equal(a.data, b.data)
+    previous = os.umask(0o077)
+    try:
+        nn.save(tmp_path / "private.npz", net)
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "private.npz").stat().st_mode & 0o777 == 0o600

@@ -77,9 +77,19 @@ def test_names_data_and_gradients_on_the_nodes():
     loss.back()
     source = nn.draw(loss, show_grad=True).source
     nodes, _ = parse(source)
-    expected = np.array2string(g["b2"].g, precision=3, suppress_small=True, separator=", ")
+    expected = np.array2string(g["b2"].g, precision=3, separator=", ")
     assert nodes[f"n{g['b2'].index}"].endswith(f"g = {expected}")
     assert "g =" not in nodes[[k for k, v in nodes.items() if v.startswith("constant")][0]]
+
+
+def test_small_values_are_never_drawn_or_traced_as_zeros():
+    # a vanishing gradient of 1e-6 read "g = [[0., 0.]]" in drawings and traces
+    z = nn.NetVar(np.array([[1e-4, 2.0]]))
+    out = (z * 1e-6).sum()
+    trace = out.back(trace=True)
+    assert "g = [[1.e-06, 1.e-06]]" in nn.draw(out, show_grad=True).source
+    assert "data = [[1.e-04, 2.e+00]]" in nn.draw(out, show_data=True).source
+    assert "+= [[1.e-06, 1.e-06]]" in str(trace)
 
 
 def test_large_arrays_are_summarised():
@@ -206,3 +216,14 @@ def test_fused_recurrent_layer_is_one_node(rng):
     assert len(nodes) == inputs + 2 and len(edges) == inputs + 1     # one RNN node, one Sum
     assert nodes[f"n{y.index}"].startswith("RNN  T=5\\n(5, 2, 4)")
     assert 'shape="box3d"' in next(l for l in source.splitlines() if f"  n{y.index} [" in l)
+
+
+def test_a_trace_of_another_graph_is_refused():
+    # it was drawn with every node "g: (not yet)" and nothing highlighted
+    x = nn.NetVar(np.ones((1, 2)))
+    first, second = (x * 2.0).sum(), (x * 3.0).sum()
+    trace = first.back(trace=True)
+    with pytest.raises(ValueError, match=r"draw: the trace records the backward pass from Sum "
+                                         r"#\d+, not from Sum #\d+"):
+        nn.draw(second, step=0, trace=trace)
+    assert nn.draw(first, step=0, trace=trace).source

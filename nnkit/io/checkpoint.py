@@ -151,7 +151,10 @@ def load(path, model=None, optimizer=None, ops=None):
                               f"({type(error).__name__}: {error})") from None
     values = {name: params[names[name]] for name in target.params}    # everything checked:
     values.update(buffers)                                            # now assign
-    target.root.load_state(values)
+    try:                # (it checks every array, a buffer's values too, before it assigns)
+        target.root.load_state(values)
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"load: '{path}' does not fit the model: {error}") from None
     if state is not None:
         optimizer.load_state_dict(state)
     return Checkpoint(model, meta.get("extra"))

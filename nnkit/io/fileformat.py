@@ -63,11 +63,20 @@ def _plain(value):
 
 
 def _atomic_write(path, arrays):
-    """Write the .npz to a temporary file next to ``path``, then rename it over ``path``."""
-    directory = os.path.dirname(os.path.abspath(path))
+    """Write the .npz to a temporary file next to ``path``, then rename it over ``path``.
+
+    A symbolic link is followed (its target is replaced, the link stays); an existing file
+    keeps its permissions, a new one gets those the umask allows, as ``open`` gives."""
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"save: the directory '{directory}' does not exist")
-    mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
+    if os.path.exists(path):
+        mode = os.stat(path).st_mode & 0o777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp",
                                          prefix="." + os.path.basename(path) + ".")
     try:

@@ -7,7 +7,7 @@ import functools
 
 import numpy
 
-from .. import backend, ops
+from .. import backend, checks, ops
 from ..core import NetOp, NetVar
 from ..module import Module
 from ..ops.loss import Loss
@@ -211,8 +211,16 @@ def _rebuild(path, meta, saved, buffers, source, extra_ops):
                     raise CheckpointError(f"load: '{path}' is corrupted: the {attribute} of a "
                                           f"BatchNormState of {state.features} features has "
                                           f"shape {array.shape}")
+                try:                    # a negative or NaN variance: every output NaN
+                    state.check_buffer(attribute, array, f"load: '{path}' is corrupted")
+                except ValueError as error:
+                    raise CheckpointError(str(error)) from None
                 setattr(state, attribute, array.copy())
-            state.num_batches_tracked = int(spec["batches"])
+            batches = spec["batches"]
+            if not (checks.is_integer(batches) and batches >= 0):
+                raise CheckpointError(f"load: '{path}' is corrupted: a BatchNormState's count of "
+                                      f"batches is {batches!r}, not an integer >= 0")
+            state.num_batches_tracked = int(batches)
             states[key] = state
         return states[key]
 
