@@ -631,3 +631,32 @@ def test_a_file_with_an_unusable_batchnorm_statistic_is_refused_both_ways(path):
     _rewrite(path, count)
     with pytest.raises(nn.CheckpointError, match="count of batches is -7"):
         nn.load(path)
+
+
+def test_a_file_whose_references_were_swapped_or_shared_is_refused(path):
+    # a rebuild put the file's topology.2.1 where topology.0.1 is, and two names pointing at
+    # one array gave both parameters its values
+    net = _bn_ffn(0)
+    nn.save(path, net)
+
+    def swapped(arrays, meta):
+        first, second = meta["topology"][0]["args"][0], meta["topology"][3]["args"][0]
+        meta["topology"][0]["args"][0], meta["topology"][3]["args"][0] = second, first
+
+    _rewrite(path, swapped)
+    with pytest.raises(nn.CheckpointError, match="its topology puts a parameter where "
+                                                 "another's name says it is"):
+        nn.load(path)
+    nn.save(path, net)
+
+    def shared(arrays, meta):
+        meta["params"][1]["array"] = dict(meta["params"][0]["array"])
+
+    _rewrite(path, shared)
+    fresh = _bn_ffn(1)
+    before = [p.data.copy() for p in fresh.vars]
+    for call in (lambda: nn.load(path), lambda: nn.load(path, fresh)):
+        with pytest.raises(nn.CheckpointError, match="is also another entry's"):
+            call()
+    for p, data in zip(fresh.vars, before):
+        np.testing.assert_array_equal(p.data, data)

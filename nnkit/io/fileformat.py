@@ -116,16 +116,24 @@ def _read(path):
 
 
 class _Reader:
-    """Looks up arrays referenced by the JSON, checking they are there with the stated shape."""
+    """Looks up arrays referenced by the JSON, checking they are there with the stated shape,
+    and each referenced once (``save`` writes every array under a key of its own: a key named
+    twice is a tampered file that would give one array to two parameters)."""
 
     def __init__(self, path, arrays):
         self.path, self.arrays = path, arrays
+        self.used = set()
 
     def get(self, ref, what):
-        array = self.arrays.get(ref.get("key"))
+        key = ref.get("key")
+        array = self.arrays.get(key)
         if array is None:
             raise CheckpointError(f"load: '{self.path}' is corrupted: the array of {what} "
                                   "is missing")
+        if key in self.used:
+            raise CheckpointError(f"load: '{self.path}' is corrupted: the array of {what} is "
+                                  "also another entry's")
+        self.used.add(key)
         if list(array.shape) != list(ref["shape"]) or str(array.dtype) != ref["dtype"]:
             raise CheckpointError(f"load: '{self.path}' is corrupted: {what} is described as "
                                   f"{ref['dtype']} {tuple(ref['shape'])} but stored as "

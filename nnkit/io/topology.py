@@ -264,6 +264,10 @@ def _rebuild(path, meta, saved, buffers, source, extra_ops):
         return _topology_class()(*topology)
 
     net = build(meta["topology"], "")
+    placed = {**net.named_vars(), **net.named_constants()}
+    if any(name in placed and placed[name] is not leaf for name, leaf in params.items()):
+        raise CheckpointError(f"load: '{path}' is corrupted: its topology puts a parameter "
+                              "where another's name says it is")
     trained, held = set(net.named_vars()), set(net.named_vars()) | set(net.named_constants())
     if meta["version"] >= 2 and not (trained <= set(saved) <= held
                                      and set(net.named_buffers()) == set(buffers)):
