@@ -313,7 +313,8 @@ class ELU(NetOp):
     """Exponential linear unit with scale α for negative inputs.
 
     y = x if x > 0 else α · (eˣ − 1)
-    dx = g if x > 0 else g · (y + α)
+    dx = g if x > 0 else g · α · eˣ    (= g · (y + α), which cancels to 0 for x < −17 in
+                                        float32)
     """
     __slots__ = ("alpha",)
     scale = 1.0       # λ of SELU
@@ -326,20 +327,21 @@ class ELU(NetOp):
 
     def _back(self, x):
         xp = backend.array_module(x._data)
-        x.accumulate_same_shape(xp.where(x._data > 0, self._g * self.scale,
-                                         self._g * (self._data + self.scale * self.alpha)))
+        below = self.scale * self.alpha * xp.exp(xp.minimum(x._data, 0))
+        x.accumulate_same_shape(self._g * xp.where(x._data > 0, self.scale, below))
 
     def _grads(self, g, x):
-        # dy/dx = λ for x > 0, y + λα below (y as a node: its derivative is y + λα again)
+        # dy/dx = λ for x > 0, λα·eˣ below (eˣ as a node of x, 1 where x > 0: no overflow)
         positive = _where(x._data > 0, x)
-        return (g * ((self + self.scale * self.alpha) * (1 - positive) + self.scale * positive),)
+        below = (x * (1 - positive)).exp() * (self.scale * self.alpha)
+        return (g * (below * (1 - positive) + self.scale * positive),)
 
 
 class SELU(ELU):
     """Scaled ELU with the self-normalising constants λ ≈ 1.0507, α ≈ 1.6733.
 
     y = λ · (x if x > 0 else α · (eˣ − 1))
-    dx = g · λ if x > 0 else g · (y + λα)
+    dx = g · λ if x > 0 else g · λα · eˣ
     """
     __slots__ = ()
     scale = 1.0507009873554804934193349852946

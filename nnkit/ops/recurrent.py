@@ -32,11 +32,16 @@ from ..core import NetOp, NetVar, constant
 # ----------------------------------------------------------------------------- activations
 
 def _sigmoid_(a):
-    """a ← σ(a) in place, as (1 + tanh(a/2)) / 2: no overflow for any a."""
-    a *= 0.5
-    backend.array_module(a).tanh(a, out=a)
-    a *= 0.5
-    a += 0.5
+    """a ← σ(a) in place: 1 / (1 + e⁻ᵃ) for a ≥ 0 and eᵃ / (1 + eᵃ) below, with no overflow and
+    no cancellation ((1 + tanh(a/2)) / 2 lost every digit below a ≈ −17 in float32)."""
+    xp = backend.array_module(a)
+    negative = a < 0
+    xp.abs(a, out=a)
+    xp.negative(a, out=a)
+    xp.exp(a, out=a)                    # e = e^−|a|, in (0, 1]
+    denominator = a + 1
+    xp.copyto(a, 1, where=~negative)    # the numerator: 1 for a ≥ 0, e below
+    a /= denominator
 
 
 def _tanh_(a):

@@ -136,3 +136,21 @@ def test_activation_hyperparameters_accept_numpy_numbers(rng):
     np.testing.assert_allclose(nn.HardTanh(x, np.int64(-1), np.float64(0.5)).data,
                                np.clip(x.data, -1, 0.5))
     np.testing.assert_allclose(nn.HardTanh(x, -np.inf, 0.5).data, np.minimum(x.data, 0.5))
+
+
+def test_saturated_sigmoid_gates_and_elu_gradients_keep_their_digits():
+    # the fused ops computed σ(a) as (1 + tanh(a/2)) / 2 and ELU's gradient as g · (y + α):
+    # both cancel for very negative inputs (0 at a = −20 in float32, 44 % off at −17)
+    a = np.array([[-10.0, -17.0, -20.0, -40.0]], dtype=np.float32)
+    exact = 1 / (1 + np.exp(-a.astype(np.float64)))
+    y = nn.RNN(nn.NetVar(a.reshape(4, 1, 1)), nn.NetVar(np.ones((1, 1), np.float32)),
+               nn.NetVar(np.zeros((1, 1), np.float32)), nn.NetVar(np.zeros((1, 1), np.float32)),
+               activation="sigmoid")
+    np.testing.assert_allclose(y.data.reshape(1, 4), exact, rtol=1e-6)
+    x = nn.NetVar(a)
+    nn.ELU(x).sum().back()
+    np.testing.assert_allclose(x.g, np.exp(a.astype(np.float64)), rtol=1e-6)
+    s = nn.NetVar(a)
+    nn.SELU(s).sum().back()
+    np.testing.assert_allclose(s.g, 1.0507009873554805 * 1.6732632423543772
+                               * np.exp(a.astype(np.float64)), rtol=1e-6)
