@@ -136,7 +136,7 @@ def allreduce_grads(params, average=True, weight=None):
     scale = mine
     if average:
         total = float(ranks) if weight is None else weight if ranks == 1 else \
-            allreduce(float(weight))
+            _combined(comm, numpy.array(float(weight)), True)
         if total == 0:
             raise ValueError(f"{where}: every rank gave weight 0, so there is no average; give "
                              "each rank's number of rows (or valid positions)")
@@ -222,16 +222,20 @@ def allreduce(value, op="sum"):
     as a new array of its shape and dtype (float for "mean" of integers), on its device.
     Every rank must give the same shape and dtype (checked: ValueError on every rank; numbers of
     different kinds, 0 here and 2.5 there, are summed as floats). E.g. the accuracy over every
-    rank's test
-    shard: ``allreduce(correct) / allreduce(len(shard))``. In one process: the value itself
-    (a copy).
+    rank's test shard: ``allreduce(correct) / allreduce(len(shard))``. In one process: the value
+    itself (a copy).
     """
     where = "allreduce"
     if op not in _OPS:
         raise ValueError(f"{where}: op must be one of {', '.join(map(repr, _OPS))}, got {op!r}")
     array, number = _value_array(where, value)
     comm = _communicator()
-    array = _agreed(where, comm, array, number)
+    return _combined(comm, _agreed(where, comm, array, number), number, op)
+
+
+def _combined(comm, array, number, op="sum"):
+    """``allreduce`` once the ranks are known to agree: nnkit's own calls (a float weight each
+    step, its buffers) skip the agreement's all-gather."""
     result = _flat_copy(array, _buffer_dtype(array.dtype))
     if comm.Get_size() > 1:
         result = _allreduce_in_place(comm, result, getattr(connection._MPI, _OPS[op]))

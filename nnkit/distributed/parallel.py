@@ -3,7 +3,7 @@ import numpy
 
 from .. import backend, checks
 from . import connection
-from .collectives import allreduce, allreduce_grads, broadcast_vars
+from .collectives import _combined, allreduce_grads, broadcast_vars
 from .connection import _communicator, rank, size
 from .packing import _collect
 
@@ -113,18 +113,22 @@ class DataParallel:
                 float(values[2 * position + 1])
         return tuple(values[2 * len(metrics):].tolist())
 
-    def sum_loss(self, loss_metric, records):
-        """The epoch's mean loss over the ranks, in place in ``loss_metric``; ``records``
-        holds this rank's ``(loss, weight)`` of each batch.
+    def sum_epoch(self, loss_metric, records, metrics, *numbers):
+        """The epoch's loss, ``metrics`` and ``numbers`` summed over the ranks, in place (see
+        ``sum_metrics``); ``records`` holds this rank's ``(loss, weight)`` of each batch.
 
         ``average``: each rank's loss is the mean over its shard, so the sums of totals and
-        weights give the mean over every rank's rows. ``average=False``: each rank's loss is its
-        share of the batch's (divided by the global batch size), so batch b's loss is the sum
-        of the ranks' shares, weighed by its global size Σ_r n_r,b (one all-gather of the
-        records: the ranks may hold different numbers of validation batches)."""
+        weights give the mean over every rank's rows (one call for everything).
+        ``average=False``: each rank's loss is its share of the batch's (divided by the global
+        batch size), so batch b's loss is the sum of the ranks' shares, weighed by its global
+        size Σ_r n_r,b (one all-gather of the records more: the ranks may hold different numbers
+        of validation batches)."""
         if self.average:
-            self.sum_metrics([loss_metric])
-            return
+            return self.sum_metrics([loss_metric, *metrics], *numbers)
+        self._sum_shares(loss_metric, records)
+        return self.sum_metrics(list(metrics), *numbers)
+
+    def _sum_shares(self, loss_metric, records):
         comm = _communicator()
         everyone = [records] if comm.Get_size() == 1 else comm.allgather(records)
         total = count = 0.0
@@ -136,21 +140,22 @@ class DataParallel:
             count += weight
         loss_metric.total, loss_metric.count = total, count
 
-    def average_buffers(self, weight=1.0):
+    def average_buffers(self, weight, total):
         """Average the model's float buffers (BatchNorm's running statistics, computed by each
         rank on its shards) over the ranks, in place, each rank weighed by ``weight`` (the
-        rows it trained on this epoch; an even mean when every weight is 0).
+        rows it trained on this epoch) out of ``total`` (every rank's: the epoch's summed
+        count; an even mean when it is 0).
 
         Not a synchronized BatchNorm: each rank normalized its batches with its shard's
         statistics, and the spread between the shards' means is not in the averaged variance;
         with momentum 1 and equal shards the running mean is the whole batch's."""
         if self.model is None or size() == 1:
             return
-        total = allreduce(float(weight))
         share = weight / total if total else 1 / size()
+        comm = _communicator()
         for array, owner in _collect("DataParallel", self.model, buffers=True):
             if owner is None and array.dtype.kind == "f":      # (few and small: one call each)
-                array[...] = allreduce(array * share)
+                array[...] = _combined(comm, array * share, False)
 
     def on_fit_end(self, trainer):
         """Every rank takes rank 0's values (SaveBest may have restored the best there)."""

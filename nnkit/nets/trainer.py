@@ -272,9 +272,8 @@ class Trainer:
             raise ValueError(f"Trainer.fit: train_batches gave no batches in epoch {self.epoch}; "
                              "pass a list or a function returning a fresh iterable")
         if self.parallel is not None:
-            self.parallel.sum_loss(loss_metric, records)
-            self.parallel.sum_metrics(list(self.metrics.values()))
-            self.parallel.average_buffers(sum(n for _, n in records))
+            self.parallel.sum_epoch(loss_metric, records, self.metrics.values())
+            self.parallel.average_buffers(sum(n for _, n in records), loss_metric.count)
         return {"epoch": self.epoch, "loss": loss_metric.value,
                 **{name: metric.value for name, metric in self.metrics.items()},
                 "lr": rate, "samples": loss_metric.count,
@@ -300,8 +299,8 @@ class Trainer:
                 _update_metrics(self._val_metrics, predictions, targets, mask)
                 count += 1
         if self.parallel is not None:      # (a rank may have no batch of a sharded set)
-            self.parallel.sum_loss(loss_metric, records)
-            count, = self.parallel.sum_metrics(list(self._val_metrics.values()), count)
+            count, = self.parallel.sum_epoch(loss_metric, records, self._val_metrics.values(),
+                                             count)
         if count == 0:
             raise ValueError("Trainer.evaluate: the validation batches gave no batches (an "
                              "iterator already used?); pass a list or a function returning "

@@ -88,7 +88,7 @@ class Attention(NetOp):
 
         s = qd @ xp.swapaxes(kd, -1, -2)
         s *= scale
-        if keep is not None and keep.ndim > 2 and s.shape != batch + (Tq, Tk):
+        if keep is not None and keep.ndim > 2:
             # a mask with leading axes that only v has (q, k shared by a batch of values)
             target = numpy.broadcast_shapes(s.shape, keep.shape)
             if target != s.shape:
