@@ -481,7 +481,8 @@ def _propagate(nodes, trace=False):
                 node._back(parents[0])
             else:
                 node._back(*parents)
-            node._gshared = True      # its parents may hold its array now: .g copies first
+            if not node._gshared:     # its parents may hold its array now: .g copies first
+                node._gshared = True
             if observers:
                 for observer in observers:
                     observer.after(node)
@@ -497,17 +498,14 @@ def _reverse_topological(root):
     if not root._parents:
         return []
     seen = {root}
-    stack = [root]
-    nodes = []
-    visit, push, collect = seen.add, stack.append, nodes.append   # bound once: a hot loop
-    while stack:
-        node = stack.pop()
+    nodes = [root]
+    visit, collect = seen.add, nodes.append       # bound once: a hot loop
+    for node in nodes:            # the list grows as the loop reads it: each node once
         node._g = None
-        collect(node)
         for parent in node._parents:
             if parent._parents and parent not in seen:
                 visit(parent)
-                push(parent)
+                collect(parent)
     nodes.sort(key=_creation_index, reverse=True)
     return nodes
 
