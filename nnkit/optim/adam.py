@@ -44,9 +44,9 @@ class Adam(Optimizer):
         tmp *= 1 - b2
         v *= b2
         v += tmp
-        root_c2 = (1 - b2 ** t) ** 0.5
-        xp.sqrt(v, out=tmp)          # √(v/c2) + eps = (√v + eps·√c2) / √c2,  c2 = 1 − β2ᵗ
-        tmp += self.eps * root_c2
+        xp.sqrt(v, out=tmp)          # √v̂ + eps as written (eps·√(1 − β2ᵗ) would underflow
+        tmp /= (1 - b2 ** t) ** 0.5  # in float16 where eps itself does not)
+        tmp += self.eps
         xp.divide(m, tmp, out=tmp)
-        tmp *= self.lr * root_c2 / (1 - b1 ** t)
+        tmp *= self.lr / (1 - b1 ** t)
         p._data -= tmp

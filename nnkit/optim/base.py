@@ -225,6 +225,10 @@ class Optimizer:
                         raise ValueError(f"{where}: modifier {label} returned {len(grads)} "
                                          f"gradients for {len(params)} parameters")
                     self._check_gradients(pending, grads, where, f" returned by {label}")
+                    # in the parameter's dtype, as the .g setter takes it (a float16 gradient
+                    # made Adam compute a float64 parameter's whole update in float16)
+                    grads = [g if g is None or g.dtype == p._data.dtype else
+                             g.astype(p._data.dtype) for p, g in zip(params, grads)]
         except BaseException:
             for attributes, record in records:
                 attributes.clear()

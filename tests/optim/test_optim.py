@@ -587,3 +587,34 @@ def test_load_state_dict_refuses_values_its_cast_makes_infinite_and_malformed_li
                                              "malformed"):
             opt.load_state_dict({**good, key: bad})
     _assert_same_state(opt, before)
+
+
+def test_a_modifier_returning_another_float_dtype_updates_in_the_parameters_dtype():
+    # float16 gradients from a modifier for float64 parameters: taken in the parameter's dtype,
+    # as the .g setter takes them (Adam computed its whole update in float16: NaN and -inf)
+    class Half:
+        def modify_gradients(self, params, grads):
+            return [g.astype(np.float16) for g in grads]
+
+    g = np.array([[0.0, 0.5, 1e-3]])
+    p, q = nn.NetVar(np.array([[1.0, 2.0, 3.0]])), nn.NetVar(np.array([[1.0, 2.0, 3.0]]))
+    opt = nn.Adam([p], lr=0.1, modifiers=[Half()])
+    reference = nn.Adam([q], lr=0.1)
+    p.g = g
+    q.g = g.astype(np.float16)          # the setter casts to float64
+    opt.step()
+    reference.step()
+    np.testing.assert_array_equal(p.data, q.data)
+    assert p.data.dtype == np.float64 and opt.state[0]["m"].dtype == np.float64
+
+
+@pytest.mark.parametrize("eps", [1e-7, 5e-7, 1e-6])
+def test_adam_on_float16_keeps_an_eps_that_float16_can_hold(eps):
+    # √v̂ + eps as written: folding eps into eps·√(1 − β2ᵗ) underflowed to 0 in float16, and
+    # an element whose gradient is 0 became 0/0 = NaN (PyTorch keeps it)
+    p = nn.NetVar(np.array([[1.0, 2.0]], dtype=np.float16))
+    opt = nn.Adam([p], lr=0.01, eps=eps)
+    p.g = np.array([[0.0, 0.5]], dtype=np.float16)
+    opt.step()
+    assert p.data[0, 0] == 1.0
+    assert abs(float(p.data[0, 1]) - (2.0 - 0.01)) < 2e-3
