@@ -76,6 +76,20 @@ def _counted(values, shares, xp):
     return xp.where(shares != 0, values, 0)
 
 
+def _shares(w, total, xp):
+    """``w / total``, the share of each position in a weighted mean, and zeros when nothing
+    counts (total 0): the mean is then 0/0 = NaN (``_nan_if_empty``), as in PyTorch, but its
+    gradient is 0, as PyTorch's is (0/0 shares made every parameter NaN after one step on a
+    batch of padding or ignored targets)."""
+    counts = total != 0
+    return xp.where(counts, w / xp.where(counts, total, 1), 0)
+
+
+def _nan_if_empty(value, total, xp):
+    """The mean ``value``, NaN when nothing counts (total 0), as PyTorch's mean over nothing."""
+    return xp.where(total != 0, value, xp.nan)
+
+
 def _index_shares(op, what, td, zd, valid, weight, ignore_index):
     """Class-index targets over M positions of C classes: (index per position, its share, the
     total weight Σ w).
@@ -109,7 +123,7 @@ def _index_shares(op, what, td, zd, valid, weight, ignore_index):
     if weight is not None:
         w = w * weight[idx]
     total = w.sum()
-    return idx, w / total, total
+    return idx, _shares(w, total, xp), total
 
 
 class SoftmaxCELoss(Loss):
@@ -124,9 +138,9 @@ class SoftmaxCELoss(Loss):
     Options: ``weight`` (C,) per-class weights; ``ignore_index`` drops positions whose target
     is that index (indices only); ``mask`` over the positions (N,) / (T, B) or ``lengths`` (B,)
     for time-major batches, so that only valid positions count (mᵢ = 0 elsewhere). When every
-    position is ignored the mean is 0/0 = NaN, as in PyTorch. Class indices must lay out the
-    positions as z does ((B, T) labels for (T, B, C) logits are refused); probability targets
-    must lie in [0, 1] (checked on CuPy inside detect_anomaly()).
+    position is ignored the mean is 0/0 = NaN and the gradient 0, as in PyTorch. Class indices
+    must lay out the positions as z does ((B, T) labels for (T, B, C) logits are refused);
+    probability targets must lie in [0, 1] (checked on CuPy inside detect_anomaly()).
     """
     __slots__ = ("indices", "idx", "coef", "tw", "logp", "weight", "shielded")
 
@@ -166,9 +180,10 @@ class SoftmaxCELoss(Loss):
                 tw = tw * weight
             keep = xp.ones(M, dtype=zd.dtype) if valid is None else valid.astype(zd.dtype)
             self.denominator = keep.sum()
-            self.coef = keep / self.denominator
+            self.coef = _shares(keep, self.denominator, xp)
             self.tw = tw
             value = -(_counted((tw * logp).sum(axis=1), self.coef, xp) * self.coef).sum()
+        value = _nan_if_empty(value, self.denominator, xp)
         self.logp = logp
         self.weight = weight
         self.shielded = valid is not None or ignore_index is not None or weight is not None
@@ -279,8 +294,8 @@ class NLLLoss(Loss):
     dlogp[i, tᵢ] = −g · wᵢ / Σ w   (0 elsewhere)
     Options as SoftmaxCELoss: ``weight`` (C,), ``ignore_index`` (PyTorch's default is −100;
     here None ignores nothing), ``mask`` / ``lengths`` over the positions. When nothing counts
-    the mean is 0/0 = NaN, as in PyTorch. logp above 0 (not log-probabilities: e.g. logits)
-    raises ValueError (on CuPy inside detect_anomaly()).
+    the mean is 0/0 = NaN and the gradient 0, as in PyTorch. logp above 0 (not
+    log-probabilities: e.g. logits) raises ValueError (on CuPy inside detect_anomaly()).
     """
     __slots__ = ("idx", "coef", "rows")
 
@@ -303,7 +318,8 @@ class NLLLoss(Loss):
                      hint="; apply LogSoftmax to scores first, or use SoftmaxCELoss on logits")
         self.rows = xp.arange(self.idx.size)
         picked = ld.reshape(-1, C)[self.rows, self.idx]
-        value = -(_counted(picked, self.coef, xp) * self.coef).sum()
+        value = _nan_if_empty(-(_counted(picked, self.coef, xp) * self.coef).sum(),
+                              self.denominator, xp)
         super().__init__(_scalar(value, xp).astype(ld.dtype, copy=False), logp)
 
     def _back(self, logp):

@@ -23,8 +23,9 @@ class Loss(NetOp):
     """Base class of the losses: marks the extra arguments as targets, not parameters.
 
     ``FFN.vars`` never lists the arguments of a Loss entry. A loss that is a weighted mean may
-    set ``denominator``, the total weight it divides by (Σ wᵢ of the class-index losses): the
-    Trainer weighs the batch by it in the epoch's mean and across ranks.
+    set ``denominator``, the total weight it divides by (Σ wᵢ of the class-index losses, the
+    valid elements of MSELoss): the Trainer weighs the batch by it in the epoch's mean and
+    across ranks.
     """
     __slots__ = ("denominator",)
 
@@ -264,7 +265,7 @@ class MSELoss(Loss):
     features) or p's own shape; ``lengths`` (B,) builds the (T, B) mask of a time-major batch.
     A mask in another layout ((B, T) for (T, B, F) data) or with values other than 0/1 is
     refused, and so are lengths outside [0, T]. When the mask keeps nothing the mean is
-    0/0 = NaN, as in PyTorch.
+    0/0 = NaN, as in PyTorch, and the gradient 0. ``denominator`` is N.
     """
     __slots__ = ("r", "n", "m")
 
@@ -288,7 +289,10 @@ class MSELoss(Loss):
             n = m.sum()
             self.m = m
         self.r = r
-        self.n = n
+        self.denominator = n
+        # N for the gradient, 1 when nothing counts: r is 0 everywhere then, and so is the
+        # gradient (0/0 made it NaN); the mean stays 0/0 = NaN
+        self.n = n if self.m is None else xp.where(n != 0, n, 1)
         super().__init__(_scalar((r * r).sum() / n, xp), p, t)
 
     def _back(self, p, t):

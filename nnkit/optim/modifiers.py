@@ -22,8 +22,11 @@ refused (ValueError), as is attaching the same modifier twice.
 
 __all__ = ['Modifier', 'ClipValue', 'ClipGradNorm', 'L1Decay', 'L2Decay', 'Freeze', 'MaxNorm']
 
+import math
+
 from .. import backend, checks
 from ..core import NetVar
+from ..dtypes import wide
 
 
 class Modifier:
@@ -82,8 +85,11 @@ class ClipGradNorm(Modifier):
     (as PyTorch's ``clip_grad_norm_``). ``last_norm`` holds n of the latest step, for logging.
     n and the factor stay on the gradients' device (g · min(1, max_norm / (n + 1e-6)), with
     no host read in the step); reading ``last_norm`` brings n to the host. ``max_norm=inf``
-    only measures n. A NaN or Inf gradient makes n and every clipped gradient NaN, as in
-    PyTorch; ``detect_anomaly()`` names the op that produced it.
+    only measures n (the gradients are left as they are). n is summed in float64 from squares
+    taken in float32 or wider (float16's overflow at |g| > 256). As in PyTorch, a NaN gradient
+    makes n and every clipped gradient NaN, and an infinite one makes n infinite, its own
+    infinite entries NaN and every other gradient 0; ``detect_anomaly()`` names the op that
+    produced it.
     """
 
     def __init__(self, max_norm, params=None):
@@ -104,7 +110,10 @@ class ClipGradNorm(Modifier):
             self._norm = 0.0
             return grads
         xp = backend.array_module(grads[chosen[0]])
-        self._norm = xp.sqrt(sum((grads[i] * grads[i]).sum(dtype=xp.float64) for i in chosen))
+        squares = (wide(grads[i]) for i in chosen)    # float16 squares overflow at |g| > 256
+        self._norm = xp.sqrt(sum((g * g).sum(dtype=xp.float64) for g in squares))
+        if self.max_norm == math.inf:       # inf / inf would be NaN for an infinite norm
+            return grads
         scale = xp.minimum(1.0, self.max_norm / (self._norm + 1e-6))
         grads = list(grads)
         for i in chosen:

@@ -503,3 +503,19 @@ def test_a_class_weighted_or_ignoring_loss_weighs_its_batch_by_what_it_divided_b
 
     history = nn.Trainer(weighted, nn.GD(params, lr=0.0)).fit(_batches(x, y, 16))
     assert history["loss"][0] == pytest.approx(weighted((x, y)).item(), rel=1e-12)
+
+
+def test_a_masked_mse_weighs_each_batch_by_its_valid_elements():
+    # MSELoss states its N (the valid elements) as its denominator: the epoch's value is the
+    # masked mean over all the data (each batch weighed by all its T·B positions gave 5.0)
+    V = nn.NetVar(np.ones((1, 1)))
+    batches = [(np.ones((4, 1, 1)), np.zeros((4, 1, 1)), np.array([[1], [1], [1], [1]])),
+               (np.ones((4, 1, 1)), np.full((4, 1, 1), -2.0), np.array([[1], [0], [0], [0]]))]
+
+    def step(batch):
+        x, t, m = batch
+        p = nn.NetVar(x, requires_grad=False) @ V
+        return nn.MSELoss(p, t, mask=m), p, t
+
+    trainer = nn.Trainer(step, nn.GD([V], lr=0.0, momentum=0.0))
+    assert trainer.evaluate(batches)["loss"] == pytest.approx((4 * 1 + 1 * 9) / 5)

@@ -414,3 +414,42 @@ def test_integer_one_hot_targets_are_explained():
                                          r"class indices of shape \(4,\), give one-hot or "
                                          "probability targets as floats"):
         nn.SoftmaxCELoss(z, np.eye(3, dtype=int)[[0, 1, 2, 0]])
+
+
+NOTHING_COUNTS = [
+    ("ignored", lambda z: nn.SoftmaxCELoss(z, np.array([-100, -100]), ignore_index=-100)),
+    ("masked", lambda z: nn.SoftmaxCELoss(z, np.array([0, 1]), mask=np.array([0, 0]))),
+    ("zero class weights", lambda z: nn.SoftmaxCELoss(z, np.array([0, 1]),
+                                                      weight=np.array([0.0, 0.0, 1.0]))),
+    ("probabilities, masked", lambda z: nn.SoftmaxCELoss(
+        z, np.full((2, 3), 1 / 3), mask=np.array([0, 0]))),
+    ("NLLLoss ignored", lambda z: nn.NLLLoss(nn.LogSoftmax(z), np.array([-100, -100]),
+                                             ignore_index=-100)),
+]
+
+
+@pytest.mark.parametrize("case, loss", NOTHING_COUNTS, ids=[c for c, _ in NOTHING_COUNTS])
+def test_a_loss_where_nothing_counts_is_nan_with_a_zero_gradient(case, loss):
+    # the mean is 0/0 = NaN, as in PyTorch, and so is PyTorch's gradient 0: every share was
+    # 0/0 = NaN here, and a batch of padding or ignored targets made every parameter NaN
+    z = nn.NetVar(np.array([[1.0, 2.0, 0.5], [0.3, -1.0, 2.0]]))
+    y = loss(z)
+    with np.errstate(all="raise"):
+        y.back()
+    assert np.isnan(y.item())
+    np.testing.assert_array_equal(z.g, np.zeros((2, 3)))
+    assert float(y.denominator) == 0
+    (first,) = nn.grad(loss(z), [z], create_graph=True)
+    np.testing.assert_array_equal(first.data, np.zeros((2, 3)))
+
+
+def test_a_batch_of_ignored_targets_leaves_the_trained_weights_finite():
+    nn.seed(0)
+    W = nn.NetVar(nn.rand2(4, 3))
+    opt = nn.GD([W], lr=0.1)
+    x = np.random.default_rng(0).standard_normal((6, 4))
+    labels = np.array([0, 1, 2, 1, -100, -100])
+    for rows in (slice(0, 4), slice(4, 6)):          # the second batch: all ignored
+        nn.SoftmaxCELoss(nn.NetVar(x[rows]) @ W, labels[rows], ignore_index=-100).back()
+        opt.step()
+    assert np.isfinite(W.data).all()

@@ -231,3 +231,23 @@ def test_positions_that_do_not_count_count_for_nothing_even_when_not_finite():
     np.testing.assert_allclose(nn.MSELoss(nn.NetVar(p), t, lengths=[2, 1]).item(), 2.0)
     mse = nn.MSE().update(p, t, mask=np.array([[1, 1], [1, 0], [0, 0]]))
     np.testing.assert_allclose(mse.value, 2.0)
+
+
+def test_mse_where_the_mask_keeps_nothing_is_nan_with_a_zero_gradient():
+    # 0/0 = NaN as in PyTorch, but the gradient 2·m·(p − t)/N is 0, not 0/0
+    p = nn.NetVar(np.ones((3, 2, 1)))
+    y = nn.MSELoss(p, np.zeros((3, 2, 1)), lengths=np.array([0, 0]))
+    y.back()
+    assert np.isnan(y.item())
+    np.testing.assert_array_equal(p.g, np.zeros((3, 2, 1)))
+    (first,) = nn.grad(nn.MSELoss(p, np.zeros((3, 2, 1)), lengths=np.array([0, 0])), [p],
+                       create_graph=True)
+    np.testing.assert_array_equal(first.data, np.zeros((3, 2, 1)))
+
+
+def test_mse_states_the_count_it_divides_by():
+    # the Trainer weighs a batch by it: the epoch's value is then the mean over every valid
+    # element (a mask in the loss alone made it weigh padding as well)
+    p = nn.NetVar(np.ones((3, 2, 2)))
+    assert float(nn.MSELoss(p, np.zeros((3, 2, 2)), lengths=np.array([3, 1])).denominator) == 8
+    assert float(nn.MSELoss(p, np.zeros((3, 2, 2))).denominator) == 12

@@ -153,3 +153,30 @@ def test_max_norm_takes_a_negative_axis():
     opt = nn.GD([w], lr=1.0, momentum=0.0, modifiers=[nn.MaxNorm(1.0, axis=-2)])
     _step(opt, [[[0.0, 0.0], [0.0, 0.0]]])
     np.testing.assert_allclose(np.linalg.norm(w.data, axis=0), [1.0, np.hypot(0.1, 0.1)])
+
+
+def test_clip_grad_norm_of_float16_gradients_takes_squares_in_float32():
+    # |g| = 300 squared overflowed float16: n = inf, and every gradient was scaled to 0
+    p = nn.NetVar(np.zeros((1, 2), np.float16))
+    opt = nn.GD([p], lr=1.0, momentum=0.0)
+    clip = opt.add_modifier(nn.ClipGradNorm(1000.0))
+    p.g = np.array([[300.0, 400.0]], np.float16)
+    opt.step()
+    assert clip.last_norm == pytest.approx(500.0)
+    np.testing.assert_array_equal(p.data, np.array([[-300.0, -400.0]], np.float16))
+    p.g = np.array([[300.0, 400.0]], np.float16)
+    clip.max_norm = 50.0
+    opt.step()
+    np.testing.assert_allclose(p.data, [[-330.0, -440.0]], rtol=1e-3)
+
+
+def test_clip_grad_norm_with_an_infinite_max_norm_leaves_every_gradient_as_it_is():
+    # "max_norm=inf only measures n": an infinite gradient made n = inf and inf / inf = NaN
+    p = nn.NetVar(np.zeros((1, 3)))
+    opt = nn.GD([p], lr=1.0, momentum=0.0)
+    clip = opt.add_modifier(nn.ClipGradNorm(float("inf")))
+    p.g = np.array([[np.inf, 1.0, 2.0]])
+    with np.errstate(all="ignore"):
+        opt.step()
+    assert clip.last_norm == float("inf")
+    np.testing.assert_array_equal(p.data, [[-np.inf, -1.0, -2.0]])
