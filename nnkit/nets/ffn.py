@@ -27,7 +27,9 @@ class FFN(Module):
     An entry may also be ``(other_ffn,)`` (networks compose: ``FFN((encoder,), (decoder,))``),
     another Module such as a layer or a ``SequenceModel``, or ``(function, *args)`` for a
     function of a node that returns a node. ``vars`` includes the parameters of the FFNs and
-    modules inside, each parameter once, in topology order (shared weights are listed once).
+    modules inside, as entries or as arguments (a layer passed to a function, a model entry's
+    own arguments such as an RNN layer's ``h0``), each parameter once, in topology order
+    (shared weights are listed once): the same parameters as ``named_vars()``.
     FFN is a Module: ``named_vars()`` names a parameter by its place, ``topology.<entry>.<argument>``
     (``topology.0.1`` is the W of ``(Multiply, W)``), and BatchNorm running statistics passed as
     an argument are its buffers (``state()`` saves them).
@@ -139,7 +141,7 @@ class FFN(Module):
             op = entry[0]
             if isinstance(op, Module):
                 out.append((f"topology.{position}.0", op))
-            elif not (isinstance(op, type) and issubclass(op, Loss)):
+            if not (isinstance(op, type) and issubclass(op, Loss)):
                 out.extend((f"topology.{position}.{argument}", value)
                            for argument, value in enumerate(entry[1:], start=1))
         return out
@@ -189,26 +191,37 @@ class FFN(Module):
             if not isinstance(entry, tuple) or not entry:
                 continue
             op = entry[0]
+            if isinstance(op, type) and issubclass(op, Loss):
+                continue
             if isinstance(op, FFN):
                 if any(op is outer for outer in inside):
                     raise ValueError(f"FFN: topology entry {position} contains the network "
                                      "itself")
                 parts.extend(op._parts(inside))
-            elif not isinstance(op, type) and hasattr(op, "vars"):
+            elif not isinstance(op, type) and hasattr(op, "vars"):      # a model
                 parts.extend((position, op, None, p) for p in op.vars)
-            elif not (isinstance(op, type) and issubclass(op, Loss)):
-                for argument, value in enumerate(entry[1:], start=1):
-                    parts.extend((position, op, argument, item) for item in _leaves(value))
+            for argument, value in enumerate(entry[1:], start=1):
+                parts.extend((position, op, argument, item)
+                             for item in _leaves(value, inside, position))
         return parts
 
 
-def _leaves(value):
-    """``value``, or the items of a list, tuple or dict argument (nested), as the Module walk
-    finds them: a weight passed inside ``[w1, w2]`` is a parameter too."""
+def _leaves(value, inside, position):
+    """What the Module walk finds in ``value`` (an argument, or the model of an entry): the
+    value itself, the items of a list, tuple or dict (nested: a weight passed inside ``[w1,
+    w2]`` is a parameter too), the parameters of an FFN or model (an RNN layer's ``h0``
+    argument or a layer passed to a function are trained and saved as named_vars() names
+    them)."""
     if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _leaves(item)]
+        return [leaf for item in value for leaf in _leaves(item, inside, position)]
     if isinstance(value, dict):
-        return [leaf for item in value.values() for leaf in _leaves(item)]
+        return [leaf for item in value.values() for leaf in _leaves(item, inside, position)]
+    if isinstance(value, FFN):
+        if any(value is outer for outer in inside):
+            raise ValueError(f"FFN: topology entry {position} contains the network itself")
+        return [p for *_, p in value._parts(inside)]
+    if isinstance(value, Module):
+        return value.vars
     return [value]
 
 

@@ -186,3 +186,48 @@ def test_a_frozen_weight_of_an_ffn_is_saved_loaded_and_rebuilt_frozen(tmp_path):
     rebuilt = nn.load(path).model
     np.testing.assert_array_equal(rebuilt(x).data, trained(x).data)
     assert not rebuilt.topology[0][1].requires_grad and len(rebuilt.vars) == 2
+
+
+def _ffns_with_modules():
+    """FFNs whose parameters sit in a model entry's arguments and in models passed as
+    arguments (plain, in a list, in a nested FFN)."""
+    layer = nn.layers.Linear(3, 3, seed=0)
+    rnn = nn.layers.RNN(3, 3, seed=1)
+    h0 = nn.NetVar(np.full((1, 3), 0.1))              # a learned initial state
+
+    def apply(x, module):
+        return module(x)
+
+    inner = nn.FFN((apply, layer), (nn.Tanh,))
+    return {
+        "model entry with an argument": nn.FFN((rnn, None, h0), (lambda y: y[-1],)),
+        "model as an argument": nn.FFN((apply, layer), (nn.Multiply, nn.NetVar(np.eye(3)))),
+        "model in a list argument": nn.FFN((lambda x, ms: ms[0](x), [layer]),),
+        "FFN as an argument": nn.FFN((apply, inner),),
+    }
+
+
+@pytest.mark.parametrize("case", list(_ffns_with_modules()))
+def test_vars_are_what_named_vars_names(case):
+    # vars walked only NetVar arguments: a layer passed to a function and an RNN layer's h0
+    # argument got gradients, but no optimizer over vars updated them (and h0 was not saved)
+    net = _ffns_with_modules()[case]
+    assert [id(p) for p in net.vars] == [id(p) for p in net.named_vars().values()]
+    x = np.random.default_rng(0).standard_normal((2, 1, 3)) if "entry" in case else \
+        np.random.default_rng(0).standard_normal((1, 3))
+    net(nn.NetVar(x, requires_grad=False)).sum().back()
+    before = [p.data.copy() for p in net.vars]
+    nn.GD(net.vars, lr=0.1, momentum=0.0).step()
+    assert all(not np.array_equal(p.data, b) for p, b in zip(net.vars, before))
+    assert all(p._g is None for p in net.named_vars().values())
+
+
+def test_a_model_entrys_argument_is_saved_and_loaded(tmp_path):
+    net = _ffns_with_modules()["model entry with an argument"]
+    h0 = net.topology[0][2]
+    assert "topology.0.2" in net.named_vars()
+    h0.data = h0.data + 1.0
+    nn.save(tmp_path / "net.npz", net)
+    fresh = _ffns_with_modules()["model entry with an argument"]
+    nn.load(tmp_path / "net.npz", fresh)
+    np.testing.assert_array_equal(fresh.topology[0][2].data, h0.data)
