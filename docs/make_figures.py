@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def code1():
     """The article's Code 1, run from examples/article.py as written: its nodes by name."""
-    source = (ROOT / "examples" / "article.py").read_text().split("# ---- Code 4")[0]
+    source = (ROOT / "examples" / "article.py").read_text().split("# ---- Code 2")[0]
     namespace = {"print": lambda *args, **kwargs: None}
     exec(compile(source, "examples/article.py", "exec"), namespace)
     return {name: node for name, node in namespace.items() if isinstance(node, nn.NetVar)}

@@ -1,5 +1,9 @@
-"""The NNKit article's Code 1 and Code 4, verbatim apart from the import and the prints."""
+"""The NNKit article's Codes 1 to 4, verbatim apart from the imports, the prints and the
+lines that use Codes 2 and 3 (an op and an optimizer written as a user writes them)."""
+import numpy as np
+
 import nnkit as nn
+from nnkit import NetOp, Optimizer
 
 # ---- Code 1: the 3-class classifier graph, built by hand
 # Variables:
@@ -20,6 +24,66 @@ add2 = nn.Add(mul2, b2)
 smax2 = nn.SoftMax(add2)
 
 print("Code 1 forward:", smax2.data)
+
+# ---- Code 2: the Multiply node, written as a user's op
+class Multiply(NetOp):
+    """Multiplication.
+
+    y = xw
+    """
+    def __init__(self, x, w):
+        """
+        :param x: NetVar: input 1.
+
+        :param w: NetVar: input 2.
+        """
+        super().__init__(
+            x.data @ w.data,
+            x, w
+        )
+
+    def _back(self, x, w):
+        x.g += self.g @ w.data.T
+        w.g += x.data.T @ self.g
+        super()._back()
+
+
+# ---- Code 3: gradient descent with momentum, written as a user's optimizer
+class GD(Optimizer):
+    """Gradient descent with optional momentum.
+
+    Implements the following update for each parameter p:
+
+    m = β1m + (1-β1)df/dp
+    p = p - αm
+
+    Attributes:
+    . learnRate: α ∈ [0,1]
+    how big of an adjustment each parameter undergoes during an optimization step.
+
+    . momentum: β1 ∈ [0,1)
+    over how many samples the exponential moving average m takes place.
+    If set to 0 momentum is disabled and the algorithm becomes simply gradient descent.
+    """
+    def __init__(self, params):
+        super().__init__(params)
+        self.momentum = 0.9
+        self.m = [np.zeros_like(p.data) for p in params]
+
+    def step(self):
+        for i, p in enumerate(self.params):
+            self.m[i] = self.momentum * self.m[i] + (1 - self.momentum) * p.g
+            p.data -= self.learnRate * self.m[i]
+            p.reset()
+
+
+# Codes 2 and 3 at work: one step of the user's GD through the user's Multiply
+x = nn.NetVar([1, 2])
+w = nn.NetVar([[3, 4, 5], [6, 7, 8]])
+Multiply(x, w).back()
+print("Code 2 gradient of w:", w.g.tolist())
+GD([w]).step()
+print("Code 3 step:", w.data.tolist())
 
 # ---- Code 4: a full training session with FFN, GD and a cross-entropy loss node
 nn.seed(0)

@@ -54,8 +54,9 @@ class Optimizer:
     state_counts = ()      # a parameter's step counts (ints >= 1)
     state_squares = ()     # state arrays of running squares (never negative)
 
-    def __init__(self, params, lr, modifiers=()):
-        """Subclasses set their other options as attributes before calling this."""
+    def __init__(self, params, lr=0.1, modifiers=()):
+        """Subclasses set their other options as attributes before calling this (the
+        article's ``super().__init__(params)`` takes lr = 0.1, as GD does)."""
         name = type(self).__name__
         self.lr = lr
         self.param_groups = []
