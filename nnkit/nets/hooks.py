@@ -188,7 +188,8 @@ class SaveBest(Hook):
 
     A model that cannot be saved is refused here, when the hook is built (TypeError naming what
     was given and where); with ``optimizer=True``, a model that does not hold every parameter
-    the optimizer updates is refused when fit starts. The folder of ``path`` must exist and be
+    the optimizer updates is refused when fit starts, and so is, without ``model``, an
+    optimizer's parameter frozen since (``requires_grad = False``: give ``model``). The folder of ``path`` must exist and be
     writable when fit starts (checked before training). The write is atomic: a failed save
     leaves the previous checkpoint whole, and the hook's best value and epoch as they were.
     """
@@ -217,6 +218,15 @@ class SaveBest(Hook):
         if not os.access(folder, os.W_OK | os.X_OK):
             raise PermissionError(f"SaveBest: the folder '{folder}' of path '{path}' is not "
                                   "writable")
+        if self.model is None:          # the optimizer's parameters: trainable ones only
+            for position, p in enumerate(trainer.optimizer.params):
+                if not p.requires_grad:
+                    raise ValueError(
+                        f"SaveBest: the optimizer's parameter {position} ({p._describe()}) "
+                        "does not require a gradient (frozen after the optimizer was built), "
+                        "and a checkpoint of the optimizer's parameters holds trainable ones "
+                        "only; give SaveBest the model (model=...), which saves frozen weights "
+                        "as constants")
         if self.save_optimizer and self.model is not None:
             held = {id(p) for p in check_model(self.model, "SaveBest").params.values()}
             for position, p in enumerate(trainer.optimizer.params):

@@ -269,3 +269,18 @@ def test_plot_history_arguments():
         nn.PlotHistory("curves.png", every_epoch="yes")
     with pytest.raises(TypeError, match="PlotHistory: path must be None, a str or a path"):
         nn.PlotHistory(3)
+
+
+def test_save_best_of_the_optimizers_parameters_refuses_a_frozen_one_before_training(tmp_path):
+    # a parameter frozen after the optimizer was built cannot go into a checkpoint of the
+    # optimizer's parameters: the save refused it at the first epoch's end, after an update
+    x, y, step, params, optimizer = _trained_adam()
+    before = _snapshot(params, optimizer)
+    params[0].requires_grad = False
+    trainer = nn.Trainer(step, optimizer, hooks=[nn.SaveBest(tmp_path / "best.npz", "loss")])
+    with pytest.raises(ValueError, match=r"SaveBest: the optimizer's parameter 0 .* does not "
+                                         "require a gradient.*model="):
+        trainer.fit(_batches(x, y), epochs=2)
+    params[0].requires_grad = True
+    _assert_unchanged(before, params, optimizer)
+    assert trainer.epoch == 0 and list(tmp_path.iterdir()) == []
