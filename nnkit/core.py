@@ -363,9 +363,13 @@ class NetOp(NetVar):
     ``x.data`` and ``self.g`` without a property call (and ``.g`` copies a gradient another
     node shares before handing it out, which a ``_back`` that only reads it does not need).
     Each built-in op class declares ``__slots__`` with the attributes it stores (``()`` when
-    none), so its nodes carry no ``__dict__``; a user's op may do without.
+    none), so its nodes carry no ``__dict__``; a user's op may do without. An op that keeps an
+    array it was given beside its parents and reads it in ``_back`` (a mask, an index) names
+    the attribute in ``kept_arrays``: inside ``detect_anomaly()`` it is hashed with the
+    parents' data, and an in-place edit before ``back()`` is caught.
     """
     __slots__ = ()
+    kept_arrays = ()
 
     def __init__(self, data, *parents):
         if type(data) is not _ndarray:

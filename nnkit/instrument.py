@@ -70,9 +70,20 @@ def digests(nodes):
 
 
 def _kept_digest(node):
-    """The hash of an array an op keeps as its ``constant`` (x * mask), as a 1-tuple, or ()."""
-    kept = getattr(node, "constant", None)
-    return (hash(backend.to_cpu(kept).tobytes()),) if backend.is_array(kept) else ()
+    """Hashes of the arrays the op keeps beside its inputs (the attributes its class names in
+    ``kept_arrays``: x * mask's mask, an index, a condition), arrays inside tuples included."""
+    found = []
+
+    def visit(value):
+        if isinstance(value, tuple):
+            for item in value:
+                visit(item)
+        elif backend.is_array(value):
+            found.append(hash(backend.to_cpu(value).tobytes()))
+
+    for name in type(node).kept_arrays:
+        visit(getattr(node, name, None))
+    return tuple(found)
 
 
 def check_fingerprint(node):
@@ -84,9 +95,9 @@ def check_fingerprint(node):
                 "used it, so its gradient would be wrong (found by detect_anomaly)")
     if node._fingerprint[len(node._parents):] != _kept_digest(node):
         raise InplaceEditError(
-            f"back(): the array {node._describe()} keeps as its constant operand was edited in "
-            "place after the op used it, so its gradient would be wrong (found by "
-            "detect_anomaly)")
+            f"back(): an array {node._describe()} keeps beside its inputs "
+            f"({', '.join(type(node).kept_arrays)}) was edited in place after the op used it, "
+            "so its gradient would be wrong (found by detect_anomaly)")
 
 
 def _shapes(nodes):

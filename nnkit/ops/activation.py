@@ -221,6 +221,7 @@ class SoftMax(NetOp):
     gives y = 0 and dx = 0 (not NaN), so its gradient is zero.
     """
     __slots__ = ("axis", "mask")
+    kept_arrays = ("mask",)
 
     def __init__(self, x, axis=-1, mask=None):
         xd = x._data
@@ -268,6 +269,7 @@ class LogSoftmax(NetOp):
     NaN in the value's finite entries or in any gradient).
     """
     __slots__ = ("axis", "mask")
+    kept_arrays = ("mask",)
 
     def __init__(self, x, axis=-1, mask=None):
         xd = x._data
@@ -429,6 +431,7 @@ class HardTanh(NetOp):
     lo and hi are numbers (±inf allowed) with lo < hi.
     """
     __slots__ = ("lo", "hi")
+    kept_arrays = ("lo", "hi")
 
     def __init__(self, x, lo=-1.0, hi=1.0):
         lo, hi = checks.number("HardTanh", "lo", lo), checks.number("HardTanh", "hi", hi)

@@ -77,6 +77,7 @@ class _Elementwise(NetOp):
     is made for it.
     """
     __slots__ = ("constant",)
+    kept_arrays = ("constant",)
     function = None
     swapped = False           # True for RSub and RDiv: the value is function(b, a)
 

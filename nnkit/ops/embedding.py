@@ -24,6 +24,7 @@ class Embedding(NetOp):
     in [0, V).
     """
     __slots__ = ("padding_idx", "idx")
+    kept_arrays = ("idx",)
 
     def __init__(self, indices, table, padding_idx=None):
         td = table._data
@@ -64,6 +65,7 @@ class _RowsAdded(NetOp):
     the index is the padding row), so the table's gradient is differentiable to any order.
     """
     __slots__ = ("idx", "padding_idx")
+    kept_arrays = ("idx",)
 
     def __init__(self, g, idx, shape, padding_idx):
         self.idx, self.padding_idx = idx, padding_idx

@@ -54,6 +54,7 @@ class GetItem(NetOp):
     boolean masks, or a tuple of these; NetVars of integer or boolean dtype are used as their data.
     """
     __slots__ = ("key", "repeats")
+    kept_arrays = ("key",)
 
     def __init__(self, x, index):
         xp = backend.array_module(x._data)
@@ -92,6 +93,7 @@ class _Scatter(NetOp):
     dg = dy[key]   (a GetItem: both ops are linear, each the other's backward)
     """
     __slots__ = ("key", "repeats")
+    kept_arrays = ("key",)
 
     def __init__(self, g, key, repeats, x):
         self.key, self.repeats = key, repeats

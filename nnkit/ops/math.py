@@ -55,11 +55,14 @@ class Clip(NetOp):
     y = min(max(x, lo), hi)
     dx = g · [lo ≤ x ≤ hi]   (0 outside the range; the bounds themselves pass g, as PyTorch's
          clamp)
-    The bounds are constants: numbers or arrays that broadcast against x. A bound holding NaN
-    or a lower bound above the upper one raises ValueError (for bounds on the GPU only inside
-    detect_anomaly(): checking them there would read them back at every call).
+    The bounds are constants: numbers, arrays or nodes that need no gradient, broadcast against
+    x (a node that requires one is refused: ``Maximum``/``Minimum`` differentiate a bound). A
+    bound holding NaN or a lower bound above the upper one raises ValueError (for bounds on
+    the GPU only inside detect_anomaly(): checking them there would read them back at every
+    call).
     """
     __slots__ = ("lo", "hi")
+    kept_arrays = ("lo", "hi")
 
     def __init__(self, x, lo=None, hi=None):
         if lo is None and hi is None:
@@ -102,7 +105,13 @@ def _on_host(bound):
 
 
 def _bound(name, value, x, xp):
-    """A bound as an array of x's dtype; refuses what is not a number or array, and NaN."""
+    """A bound as an array of x's dtype; refuses what is not a number or array, NaN, and a
+    node that needs a gradient (which a constant bound would never give it)."""
+    if isinstance(value, NetVar) and value.requires_grad:
+        which = "Maximum(x, lo)" if name == "lo" else "Minimum(x, hi)"
+        raise ValueError(f"Clip: {name} ({value._describe()}) requires a gradient, but Clip's "
+                         f"bounds are constants and get none; use nn.{which} to differentiate "
+                         f"the bound, or give {name}.detach()")
     data = value.data if isinstance(value, NetVar) else value
     try:
         bound = xp.asarray(data, dtype=x._data.dtype)
@@ -130,6 +139,7 @@ class Where(NetOp):
     and all three broadcast together.
     """
     __slots__ = ("cond",)
+    kept_arrays = ("cond",)
 
     def __init__(self, cond, a, b):
         a, b = _nodes(a, b)

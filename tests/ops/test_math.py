@@ -119,3 +119,19 @@ def test_where_condition_must_be_boolean_or_0_1(rng):
         nn.Where(np.array([[1.0, 0.5, 0.0]]), a, b)
     chosen = nn.Where(np.array([[1.0, 0.0, 1.0]]), a, b)
     np.testing.assert_array_equal(chosen.data, np.where([[True, False, True]], a.data, b.data))
+
+
+def test_clip_refuses_a_bound_that_requires_a_gradient(rng):
+    # such a bound was taken as a constant and silently got no gradient (PyTorch's clamp
+    # gives it one): refused, pointing at Maximum / Minimum, which differentiate it
+    x = var64(rng, 1, 3)
+    lo = nn.NetVar(np.full((1, 3), 0.3))
+    with pytest.raises(ValueError, match=r"Clip: lo .* requires a gradient.* nn.Maximum\(x, lo\)"):
+        nn.Clip(x, lo)
+    with pytest.raises(ValueError, match=r"Clip: hi .* requires a gradient.* nn.Minimum\(x, hi\)"):
+        x.clip(None, lo)
+    y = nn.Clip(x, lo.detach())                          # a constant bound: as before
+    np.testing.assert_array_equal(y.data, np.maximum(x.data, 0.3))
+    m = nn.Maximum(x, lo)
+    m.sum().back()
+    np.testing.assert_array_equal(lo.g, (x.data < 0.3).astype(float))
