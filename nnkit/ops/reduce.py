@@ -121,8 +121,10 @@ class _Extreme(NetOp):
     def __init__(self, x, axis=None, keepdims=False):
         name = type(self).__name__
         self.axes, self.keepdims = reduced_axes(name, x, axis, keepdims)
-        if x._data.size == 0:
-            raise ValueError(f"{name}: x of shape {tuple(x.shape)} is empty")
+        empty = [a for a in self.axes if x._data.shape[a] == 0]
+        if empty:       # the extreme of no values (reducing other axes of an empty x is fine)
+            raise ValueError(f"{name}: axis {empty[0]} of x of shape {tuple(x.shape)} has no "
+                             "values to take the extreme of")
         xp = backend.array_module(x._data)
         super().__init__(xp.asarray(getattr(x._data, self.reduce)(axis=self.axes,
                                                                  keepdims=self.keepdims)), x)
@@ -208,9 +210,11 @@ class Var(NetOp):
             raise ValueError(f"Var: {_count(x._data.shape, self.axes)} values over axes "
                              f"{self.axes} of x of shape {tuple(x.shape)} leave no degrees of "
                              f"freedom with ddof={ddof}")
-        self.centred = x._data - x._data.mean(axis=self.axes, keepdims=True)
+        xw = wide(x._data)          # float16 squares overflow at |x − x̄| > 256
+        self.centred = xw - xw.mean(axis=self.axes, keepdims=True)
         y = (self.centred * self.centred).sum(axis=self.axes, keepdims=self.keepdims) / self.dof
-        super().__init__(backend.array_module(x._data).asarray(y), x)
+        super().__init__(backend.array_module(x._data).asarray(y).astype(x._data.dtype,
+                                                                          copy=False), x)
 
     def _back(self, x):
         x.accumulate(_spread(self, self._g, x) * (2 / self.dof) * self.centred)

@@ -24,6 +24,9 @@ CASES = {
     "CosineSimilarity": (lambda a, b: nn.CosineSimilarity(a, b),
                          [np.array([[300.0, 400.0], [0.5, 2.0]]),
                           np.array([[400.0, -300.0], [280.0, 120.0]])]),
+    # |x − x̄| = 320: its square overflows; the variance (25600) fits
+    "Var": (lambda x: nn.Var(x, axis=1) * _like(x, [[1.0], [-2.0]]),
+            [np.array([[400.0, 0.0, 0.0, 0.0, 0.0], [1.0, 2.0, -1.0, 0.5, 3.0]])]),
     "GELU": (nn.GELU, [np.array([[-300.0, -50.0, -3.0, 0.5, 3.0, 50.0, 300.0]])]),
     # σ ≈ 400: σ² overflows; x̂ and 1/σ fit
     "LayerNorm": (lambda x, g: nn.LayerNorm(x, g) * _like(x, [1.0, -2.0, 0.5, 3.0]),

@@ -244,3 +244,14 @@ def test_var_and_norm_methods_explain_pytorchs_other_keywords(rng):
                                         r"nnkit's norm is always the L2 norm"):
         x.norm(p=1)
     np.testing.assert_allclose(x.var(1, ddof=1).data, x.data.var(1, ddof=1))
+
+
+@pytest.mark.parametrize("op", [nn.Max, nn.Min])
+def test_max_and_min_over_the_nonempty_axes_of_an_empty_x(op):
+    # NumPy and PyTorch reduce axis 1 of a (0, 3) array to shape (0,); this was refused as
+    # "x is empty" although Sum, Mean and LogSumExp take it
+    x = nn.NetVar(np.zeros((0, 3)))
+    y = op(x, axis=1)
+    assert y.shape == (0,)
+    y.sum().back()
+    assert x.g.shape == (0, 3)
