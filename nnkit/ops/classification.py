@@ -52,10 +52,15 @@ class CELoss(Loss):
             t.accumulate(-g * backend.array_module(self.pc).log(self.pc) / self.B)
 
     def _composite(self, p, t):
-        # max(p, ε) with the branch as a constant: p where p ≥ ε, ε below
+        # ln max(p, ε) as a node whose derivative is dp's 1 / max(p, ε) everywhere: ln p where
+        # p ≥ ε, and below ε the line ln ε + (p − p₀)/ε through the same value (a clamp, with
+        # derivative 0 below ε, disagreed with back() there). Its second derivative is that of
+        # dp: −1/p² above ε, 0 below.
+        xp = backend.array_module(self.pc)
         above = (p._data >= self.eps).astype(self.pc.dtype)
-        pc = p * above + self.eps * (1 - above)
-        return (-(t * pc.log()).sum() / self.B).reshape(1, 1)
+        line = p / self.eps + (xp.log(self.eps) - p._data / self.eps)
+        logs = (p * above + (1 - above)).log() * above + line * (1 - above)
+        return (-(t * logs).sum() / self.B).reshape(1, 1)
 
 
 def _class_weight(op, weight, C, dtype, xp):
@@ -214,7 +219,10 @@ class SoftmaxCELoss(Loss):
 
     def _composite(self, z, t=None):
         M, C = self.logp.shape
-        logp = LogSoftmax(z.reshape(M, C))
+        z2 = z.reshape(M, C)
+        if self.shielded:       # a position that does not count gets 0, even from NaN or inf
+            z2 = Where((self.coef != 0)[:, None], z2, 0.0)
+        logp = LogSoftmax(z2)
         if self.indices:
             # −Σᵢ shareᵢ · log p[i, tᵢ] as a product with the constant array of the shares
             xp = backend.array_module(self.logp)

@@ -453,3 +453,33 @@ def test_a_batch_of_ignored_targets_leaves_the_trained_weights_finite():
         nn.SoftmaxCELoss(nn.NetVar(x[rows]) @ W, labels[rows], ignore_index=-100).back()
         opt.step()
     assert np.isfinite(W.data).all()
+
+
+def test_celoss_below_eps_differentiates_twice_as_back_does():
+    # dp = −t / max(p, ε) at every p: the composite used for grad(create_graph=True) clamped
+    # p below ε (derivative 0), so its first-order gradient there was 0, not −t/ε
+    p = nn.NetVar(np.array([[0.0, 0.5, 0.5]]))
+    t = nn.NetVar(np.array([[0.2, 0.3, 0.5]]))
+    dp, dt = nn.grad(nn.CELoss(p, t), [p, t], create_graph=True)
+    nn.CELoss(p, t).back()
+    np.testing.assert_allclose(dp.data, p.g, rtol=1e-12)
+    np.testing.assert_allclose(dt.data, t.g, rtol=1e-12)
+    (second,) = nn.grad(dp.sum(), [p])          # d/dp of −t / max(p, ε): t/p², 0 below ε
+    np.testing.assert_allclose(second, [[0.0, 0.3 / 0.25, 0.5 / 0.25]], rtol=1e-12)
+
+
+@pytest.mark.parametrize("options", [{"mask": np.array([1, 0, 1])}, {"ignore_index": 1},
+                                     {"mask": np.array([1, 0, 1]), "probabilities": True}])
+def test_a_padding_row_of_nan_logits_gets_0_from_create_graph_too(options):
+    # back() gave the row that does not count 0; grad(create_graph=True) gave it NaN (its
+    # NaN log-probabilities times a share of 0), and a gradient penalty over it was NaN
+    options = dict(options)
+    targets = np.full((3, 3), 1 / 3) if options.pop("probabilities", False) else np.array([0, 1, 2])
+    z0 = np.array([[1.0, 2.0, 0.5], [np.nan, np.inf, 0.0], [0.3, -1.0, 2.0]])
+    z = nn.NetVar(z0.copy())
+    nn.SoftmaxCELoss(z, targets, **options).back()
+    (first,) = nn.grad(nn.SoftmaxCELoss(z, targets, **options), [z], create_graph=True)
+    np.testing.assert_array_equal(first.data[1], 0.0)
+    np.testing.assert_allclose(first.data, z.g, rtol=1e-12)
+    (second,) = nn.grad((first * first).sum(), [z])
+    assert np.isfinite(second).all() and (second[1] == 0).all()
