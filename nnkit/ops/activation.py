@@ -333,9 +333,10 @@ class ELU(NetOp):
         x.accumulate_same_shape(self._g * xp.where(x._data > 0, self.scale, below))
 
     def _grads(self, g, x):
-        # dy/dx = λ for x > 0, λα·eˣ below (eˣ as a node of x, 1 where x > 0: no overflow)
+        # dy/dx = λ for x > 0, λα·eˣ below (eˣ of x where x ≤ 0 and of 0 elsewhere: neither
+        # overflow nor x = inf times 0)
         positive = _where(x._data > 0, x)
-        below = (x * (1 - positive)).exp() * (self.scale * self.alpha)
+        below = Where(x._data > 0, 0.0, x).exp() * (self.scale * self.alpha)
         return (g * (below * (1 - positive) + self.scale * positive),)
 
 

@@ -154,3 +154,13 @@ def test_saturated_sigmoid_gates_and_elu_gradients_keep_their_digits():
     nn.SELU(s).sum().back()
     np.testing.assert_allclose(s.g, 1.0507009873554805 * 1.6732632423543772
                                * np.exp(a.astype(np.float64)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op, slope", [(nn.ELU, 1.0), (nn.SELU, 1.0507009873554805)])
+def test_elu_at_infinity_has_its_slope_to_second_order(op, slope):
+    # the rule for grad(create_graph=True) took e^(x · 0) for x > 0: e^(inf · 0) = NaN
+    x = nn.NetVar(np.array([[np.inf, 1.0, -np.inf]]))
+    (first,) = nn.grad(op(x).sum(), [x], create_graph=True)
+    np.testing.assert_array_equal(first.data, [[slope, slope, 0.0]])
+    (second,) = nn.grad(first.sum(), [x])
+    np.testing.assert_array_equal(second, [[0.0, 0.0, 0.0]])
