@@ -16,7 +16,7 @@ from .. import backend, checks
 from ..core import NetOp, NetVar
 from ..dtypes import wide
 from .math import Where
-from .shape import normalize_axis
+from .shape import narrowed, normalize_axis, widened
 
 
 def _max(op, x, axis):
@@ -397,8 +397,10 @@ class GELU(NetOp):
         x.accumulate_same_shape(self._g * slope.astype(x._data.dtype, copy=False))
 
     def _grads(self, g, x):
-        t = Tanh((x + x * x * x * self.k) * self.c)     # t as a node, not the stored array
-        return (g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * self.c * (1 + 3 * self.k * x * x)),)
+        xw = widened(x)             # float16: x³ in float32, as the forward pass
+        t = Tanh((xw + xw * xw * xw * self.k) * self.c)     # t as a node, not the stored array
+        slope = 0.5 * (1 + t) + 0.5 * xw * (1 - t * t) * self.c * (1 + 3 * self.k * xw * xw)
+        return (g * narrowed(slope, x._data.dtype),)
 
 
 class SiLU(NetOp):

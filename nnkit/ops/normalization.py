@@ -13,6 +13,7 @@ from .. import backend, checks
 from ..core import NetOp, NetVar
 from ..dtypes import get_dtype, wide
 from ..modes import is_training
+from .shape import narrowed, widened
 
 
 class BatchNormState:
@@ -134,9 +135,10 @@ class _Normalization(NetOp):
         gamma = params[0] if self.has_gamma else None
         beta = params[-1] if self.has_beta else None
         if self.batch_stats:
-            centred = x - x.mean(self.stat_axes, keepdims=True)
+            xw = widened(x)         # float16: σ² in float32, as the forward pass
+            centred = xw - xw.mean(self.stat_axes, keepdims=True)
             var = (centred * centred).mean(self.stat_axes, keepdims=True)
-            y = centred * (var + self.eps) ** -0.5
+            y = narrowed(centred * (var + self.eps) ** -0.5, x._data.dtype)
         else:
             y = (x - self.running_mean) * self.inv
         if gamma is not None:

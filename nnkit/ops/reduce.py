@@ -16,7 +16,7 @@ from .. import backend, checks
 from ..core import NetOp
 from ..dtypes import wide
 from .arithmetic import _nodes
-from .shape import normalize_axes, normalize_axis
+from .shape import narrowed, normalize_axes, normalize_axis, widened
 
 
 def reduced_axes(op, x, axis, keepdims):
@@ -301,9 +301,10 @@ class CosineSimilarity(NetOp):
         shape = self.a.shape        # a and b broadcast, so that the axis means the same in both
         a = a if a.shape == shape else a.broadcast_to(shape)
         b = b if b.shape == shape else b.broadcast_to(shape)
+        a, b = widened(a), widened(b)          # float16: in float32, as the forward pass
         y = (a * b).sum(axis=self.axis, keepdims=True) / (self._clamped(a, self.na)
                                                           * self._clamped(b, self.nb))
-        return y.reshape(self.shape)
+        return narrowed(y.reshape(self.shape), self.a.dtype)
 
     def _clamped(self, u, norm):
         """max(‖u‖, eps) as a node; which of the two it is, is constant a.e."""

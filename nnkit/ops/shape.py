@@ -1,4 +1,5 @@
-"""Shape ops: reshape and transpose. They move elements without changing them.
+"""Shape ops: reshape and transpose, which move elements without changing them, and astype,
+which keeps them in place in another float dtype.
 
 Also the checks the op files share for what users pass them: ``normalize_axes`` and
 ``normalize_axis`` for axis arguments, and ``keyword_error`` for the NetVar methods called with
@@ -6,7 +7,7 @@ PyTorch's keywords.
 Notation: input x, output y, upstream gradient g.
 """
 
-__all__ = ['Reshape', 'Transpose']
+__all__ = ['Reshape', 'Transpose', 'AsType']
 from numbers import Integral
 
 import numpy
@@ -118,3 +119,42 @@ class Transpose(NetOp):
         return (Transpose(g, tuple(int(i) for i in numpy.argsort(self.axes))),)
 
 
+
+
+class AsType(NetOp):
+    """x in another float dtype (``x.astype(dtype)``): e.g. float16 computed in float32.
+
+    y = x, rounded to ``dtype``
+    dx = g, rounded to x's dtype
+    ``dtype`` must be a float dtype (an integer result would have no gradient: take
+    ``x.data.astype(int)``).
+    """
+    __slots__ = ()
+
+    def __init__(self, x, dtype):
+        try:
+            dtype = numpy.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"AsType: dtype must be a NumPy dtype, got {dtype!r}") from None
+        if dtype.kind != "f":
+            raise TypeError(f"AsType: dtype must be a float dtype, got {dtype} (an integer "
+                            "value has no gradient: take x.data.astype(...))")
+        super().__init__(x._data.astype(dtype), x)
+
+    def _back(self, x):
+        x.accumulate(self._g)           # accumulate takes it in x's dtype
+
+    def _grads(self, g, x):
+        return (AsType(g, x._data.dtype),)
+
+
+def widened(x):
+    """The node x as float32 when it is float16 (``dtypes.wide`` for nodes): the rules that
+    ``grad(create_graph=True)`` differentiates compute in float32 where the forward pass
+    does."""
+    return AsType(x, numpy.float32) if x._data.dtype == numpy.float16 else x
+
+
+def narrowed(y, dtype):
+    """The node y back in ``dtype`` (the forward pass's output dtype) when it differs."""
+    return y if y._data.dtype == dtype else AsType(y, dtype)

@@ -17,7 +17,7 @@ from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, RDiv, RSub,
 from .indexing import Broadcast, Flatten, GetItem
 from .math import Abs, Clip, Cos, Sin, Sqrt
 from .reduce import ArgMax, LogSumExp, Max, Mean, Min, Norm, Sum, Var
-from .shape import Reshape, Transpose, keyword_error
+from .shape import AsType, Reshape, Transpose, keyword_error
 
 __all__ = []
 
@@ -180,6 +180,7 @@ SURFACE = {
     "norm": _reduction("norm", Norm, _NO_ORDER), "argmax": _reduction("argmax", ArgMax),
     # shapes and indexing
     "reshape": _reshape, "transpose": _transpose, "T": property(lambda x: Transpose(x)),
+    "astype": lambda x, dtype: AsType(x, dtype),
     "__getitem__": lambda x, index: GetItem(x, index), "flatten": _flatten,
     "expand": _expand, "broadcast_to": lambda x, shape: Broadcast(x, shape),
 }

@@ -89,6 +89,7 @@ CASES = [
     # shapes and indexing
     C("Reshape", lambda b, x: nn.Reshape(x, 4, 3), (3, 4)),
     C("Transpose", lambda b, x: nn.Transpose(x, (1, 0, 2)), (2, 3, 4)),
+    C("AsType", lambda b, x: nn.AsType(x * x, np.float64) * nn.AsType(x, "float64"), (3, 4)),
     C("Flatten", lambda b, x: nn.Flatten(x), (2, 3, 4)),
     C("GetItem", lambda b, x: nn.GetItem(x, b.array([0, 2, 2])), (3, 4)),
     C("GetItem", lambda b, x: nn.GetItem(x, (slice(None, None, -1), 1)), (3, 4)),

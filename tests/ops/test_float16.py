@@ -49,3 +49,33 @@ def test_float16_ops_that_square_their_input_stay_finite_and_right(name):
     np.testing.assert_allclose(value.astype(np.float64), expected, rtol=2e-3, atol=1e-3)
     for g, e in zip(grads, expected_grads):
         np.testing.assert_allclose(g.astype(np.float64), e, rtol=5e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_float16_gradients_from_create_graph_equal_backs(name):
+    # the rules grad(create_graph=True) differentiates squared in float16 for CosineSimilarity,
+    # LayerNorm and BatchNorm (inf or 0 where back() was right); they compute in float32 too
+    build, arrays = CASES[name]
+    value, grads = _value_and_grad(build, *[a.astype(np.float16) for a in arrays])
+    nodes = [nn.NetVar(a.astype(np.float16)) for a in arrays]
+    with np.errstate(over="raise", invalid="raise"):
+        found = nn.grad(build(*nodes).sum(), nodes, create_graph=True)
+    for g, e in zip(found, grads):
+        assert g.dtype == np.float16
+        np.testing.assert_allclose(g.data.astype(np.float64), e.astype(np.float64),
+                                   rtol=1e-2, atol=1e-4)
+
+
+def test_astype_casts_the_value_and_the_gradient_back():
+    x = nn.NetVar(np.array([[1.5, -2.0, 300.0]], np.float16))
+    y = x.astype(np.float32)
+    assert y.dtype == np.float32
+    (y * y).sum().back()                 # 2x: 600 fits float16, x² in float32 would not
+    assert x.g.dtype == np.float16
+    np.testing.assert_array_equal(x.g, [[3.0, -4.0, 600.0]])
+    (first,) = nn.grad((x.astype(np.float32) * x.astype(np.float32)).sum(), [x],
+                       create_graph=True)
+    assert first.dtype == np.float16
+    np.testing.assert_array_equal(first.data, x.g)
+    with pytest.raises(TypeError, match="AsType: dtype must be a float dtype, got int64"):
+        x.astype(np.int64)
