@@ -395,7 +395,8 @@ def test_refused_arguments_name_the_layer_and_draw_nothing(make, error, message)
      r"layers\.LSTM: state must be \(h0, c0\), each \(B, H\) or \(1, H\); got 1 state\(s\) of "
      r"shape\(s\) \(2, 4\)"),
     (lambda: L.GRU(3, 4), lambda m: m(np.ones((5, 2, 3)), state=5),
-     r"layers\.GRU: state must be \(h0,\) or h0, each \(B, H\) or \(1, H\); got int"),
+     r"layers\.GRU: state must be \(h0,\) or h0, each a NetVar or an array of shape \(B, H\) "
+     r"or \(1, H\); got int 5"),
     (lambda: L.RNN(3, 4), lambda m: m(np.ones((5, 2, 3)), state=[np.zeros((2, 4))] * 2),
      r"layers\.RNN: state must be \(h0,\) or h0"),
 ])
@@ -573,3 +574,13 @@ def test_layers_move_between_devices(backend, rng):
     backend.move(model)
     np.testing.assert_allclose(backend.host(model(backend.array(x))), expected, rtol=1e-5,
                                atol=1e-6)
+
+
+def test_a_recurrent_layers_state_of_lists_is_refused_naming_what_it_holds():
+    # "state must be (h0, c0) ...; got tuple": it was a tuple, its items were the trouble
+    x = np.zeros((2, 1, 3), np.float32)
+    with pytest.raises(TypeError, match=r"layers.LSTM: state must be \(h0, c0\), each a NetVar "
+                                        r"or an array .*; got a tuple of list, list"):
+        nn.layers.LSTM(3, 2)(x, state=([[0.0, 0.0]], [[0.0, 0.0]]))
+    with pytest.raises(TypeError, match=r"layers.GRU: .*; got a list of list"):
+        nn.layers.GRU(3, 2)(x, state=[[0.0, 0.0]])

@@ -13,6 +13,16 @@ def _node(x):
     return x if isinstance(x, NetVar) else NetVar(x, requires_grad=False)
 
 
+def described(value):
+    """What a user gave, for an error: its type and shape, or its items' types."""
+    if hasattr(value, "shape"):
+        return f"a single {type(value).__name__} of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of " + ", ".join(
+            type(item).__name__ for item in value)
+    return f"{type(value).__name__} {value!r}"
+
+
 def _check_features(layer, x, axis, expected, layout):
     """Refuse x unless its axis ``axis`` holds ``expected`` values (``layout`` names x's form)."""
     shape = tuple(x.shape)

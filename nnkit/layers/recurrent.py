@@ -4,7 +4,7 @@ __all__ = ['RNN', 'LSTM', 'GRU']
 from .. import backend, checks, ops
 from ..init import recurrent_weights
 from ..module import Module
-from .common import _check_features, _node
+from .common import _check_features, _node, described
 
 
 # ----------------------------------------------------------------------------- recurrent
@@ -32,8 +32,8 @@ class _Recurrent(Module):
         if self.op.states == 1 and hasattr(state, "shape"):
             state = (state,)              # a bare h0, as PyTorch's RNN and GRU take it
         if not isinstance(state, (tuple, list)) or not all(hasattr(s, "shape") for s in state):
-            raise TypeError(f"{layer}: state must be {self.state_form}, each (B, H) or (1, H); "
-                            f"got {type(state).__name__}")
+            raise TypeError(f"{layer}: state must be {self.state_form}, each a NetVar or an "
+                            f"array of shape (B, H) or (1, H); got {described(state)}")
         if len(state) != self.op.states:
             raise ValueError(f"{layer}: state must be {self.state_form}, each (B, H) or (1, H); "
                              f"got {len(state)} state(s) of shape(s) "

@@ -7,22 +7,13 @@ from .. import backend, checks
 from ..core import NetVar
 from ..dtypes import get_dtype
 from ..init import glorot_uniform, recurrent_weights
+from ..layers.common import described
 from ..module import Module
 from ..ops.arithmetic import Add, Multiply
 from ..ops.embedding import Embedding
 from ..ops.recurrent import GRU, LSTM, RNN
 
 _LAYERS = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
-
-
-def _describe(value):
-    """What a user gave, for an error: its type and shape, or its items' types."""
-    if hasattr(value, "shape"):
-        return f"a single {type(value).__name__} of shape {tuple(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of " + ", ".join(
-            type(item).__name__ for item in value)
-    return f"{type(value).__name__} {value!r}"
 
 
 class SequenceModel(Module):
@@ -105,7 +96,7 @@ class SequenceModel(Module):
         if self.cell != 'lstm' and hasattr(state, "shape"):
             state = (state,)          # a bare h, as PyTorch's RNN and GRU take it
         if not isinstance(state, (tuple, list)) or not all(hasattr(s, "shape") for s in state):
-            raise TypeError(f"{expected}; got {_describe(state)}")
+            raise TypeError(f"{expected}; got {described(state)}")
         shapes = [tuple(s.shape) for s in state]
         if len(state) != (2 if self.cell == 'lstm' else 1) or any(
                 s not in ((B, H), (1, H)) for s in shapes):
