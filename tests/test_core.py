@@ -671,3 +671,31 @@ def test_copy_and_pickle_give_a_node_its_own_index_and_data():
     np.testing.assert_array_equal(x.g, [[3.0, 3.0]])
     twin.data += 10                          # never x's data
     np.testing.assert_array_equal(x.data, [[1.0, 1.0]])
+
+
+def test_an_op_class_keeps_its_own_accumulate_and_its_subclasses_inherit_it():
+    # each op class gets a copy of NetVar's accumulate methods (core.own_code), never over
+    # one the class defines itself
+    seen = []
+
+    class Logged(nn.NetOp):
+        def __init__(self, x):
+            super().__init__(x.data * 2, x)
+
+        def _back(self, x):
+            x.accumulate(self.g * 2)
+
+        def accumulate(self, g):
+            seen.append(type(self).__name__)
+            super().accumulate(g)
+
+    class Child(Logged):
+        pass
+
+    x = nn.NetVar([[1.0, 2.0]])
+    y = Child(Logged(x))
+    y.back()
+    assert seen == ["Child", "Logged"]       # the root seeded, then its input
+    np.testing.assert_array_equal(x.g, [[4.0, 4.0]])
+    assert nn.Tanh.accumulate is not nn.NetVar.accumulate
+    assert nn.Tanh.accumulate.__code__ is not nn.Sigmoid.accumulate.__code__

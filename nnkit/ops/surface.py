@@ -11,7 +11,7 @@ import operator
 
 import numpy
 
-from ..core import NetVar, _link, constant
+from ..core import NetVar, _link, constant, own_code
 from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
 from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, RDiv, RSub, Sub, kept
 from .indexing import Broadcast, Flatten, GetItem
@@ -36,9 +36,11 @@ def _operator(cls):
     by ``core._link``, ``NetOp.__init__``'s bookkeeping with a fixed argument list (the one
     place that uses it). A plain operand is kept as the op's ``constant``, as the constructor
     keeps it (``kept``). Anything else, or operands whose data do not combine, go to the
-    constructor, which converts them or raises the error naming the op.
+    constructor, which converts them or raises the error naming the op. Each operator runs
+    its own copy of ``apply`` and ``_link`` (``core.own_code``): each copy builds nodes of one
+    class.
     """
-    new, function = object.__new__, cls.function
+    new, function, link = object.__new__, cls.function, own_code(_link)
 
     def apply(a, b):
         if isinstance(b, NetVar):
@@ -46,7 +48,7 @@ def _operator(cls):
                 y = function(a._data, b._data)
             except (ValueError, TypeError):
                 return cls(a, b)
-            return _link(new(cls), y, a, b)
+            return link(new(cls), y, a, b)
         c = kept(a, b)
         if c is None:
             return cls(a, b)
@@ -56,9 +58,9 @@ def _operator(cls):
             return cls(a, b)
         node = new(cls)
         node.constant = c
-        return _link(node, y, a)
+        return link(node, y, a)
 
-    return apply
+    return own_code(apply)
 
 
 def _comparison(function):
