@@ -18,9 +18,8 @@ from . import backend
 from .core import NO_GRAD_CAUSES, NetVar, _check_versions, _creation_index, _propagate, constant
 from .gradients import _gradient_from_user, _owned_copy
 from .modes import enable_grad
-from .ops.arithmetic import _Cast
 from .ops.reduce import Sum
-from .ops.shape import Reshape
+from .ops.shape import AsType, Reshape
 
 __all__ = ['grad']
 
@@ -97,10 +96,13 @@ def _seeds(outputs, g, single, create_graph):
                                  f"{tuple(y.shape)}, got {tuple(seed.shape)}")
             if seed.dtype.kind != "f":
                 raise TypeError(f"{where}: a seed must hold real floats, got {seed.dtype}")
-            seeds.append(seed if seed.dtype == y.dtype else _Cast(seed, y.dtype))
+            seeds.append(seed if seed.dtype == y.dtype else AsType(seed, y.dtype))
             continue
-        else:                     # checked as back() checks its seed
+        else:                     # checked as back() checks its seed, and copied as it copies
+            callers = seed        # the caller's array: an op's _back must not edit it
             seed = _gradient_from_user(seed, y, where)
+            if seed is callers or seed is getattr(callers, "_data", None):
+                seed = seed.copy()
         seeds.append(constant(seed) if create_graph else seed)
     return seeds
 
@@ -206,7 +208,7 @@ def _add(grads, node, contribution):
     if contribution.shape != node.shape:
         contribution = _sum_to(contribution, node.shape, node)
     if contribution.dtype != node.dtype:          # in the node's dtype, as back() keeps it
-        contribution = _Cast(contribution, node.dtype)
+        contribution = AsType(contribution, node.dtype)
     mine = grads.get(node)
     grads[node] = contribution if mine is None else mine + contribution
 

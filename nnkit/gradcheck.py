@@ -14,7 +14,6 @@ import numpy
 from . import backend, checks
 from .autodiff import grad
 from .core import NetVar
-from .modes import no_grad
 from .ops.shape import Reshape
 
 __all__ = ['gradcheck', 'gradgradcheck', 'GradcheckError', 'GradcheckReport']
@@ -39,9 +38,10 @@ class _Input:
         self.numeric = None if numeric is None else numpy.asarray(backend.to_cpu(numeric))
         if self.numeric is None:
             self.excess = None
-        else:
-            self.excess = (numpy.abs(self.analytic - self.numeric)
-                           - (atol + rtol * numpy.abs(self.numeric)))
+        else:           # NaN (a NaN or an infinite gradient on either side) counts as wrong
+            excess = (numpy.abs(self.analytic - self.numeric)
+                      - (atol + rtol * numpy.abs(self.numeric)))
+            self.excess = numpy.where(numpy.isnan(excess), numpy.inf, excess)
 
     @property
     def checked(self):
@@ -201,11 +201,17 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error
     scalar with fixed random weights R (so every output element is checked): the analytic
     gradient comes from ``f(*inputs).back(R)``, the numeric one from
     (F(x + eps) − F(x − eps)) / 2eps with F = Σ R·f. An element passes when
-    |analytic − numeric| ≤ atol + rtol·|numeric|. Inputs with ``requires_grad=False`` are
-    skipped. On a mismatch raises GradcheckError naming the input, the worst element and both
-    values (its ``.report`` lists every element); returns True otherwise (or False with
-    ``raise_on_error=False``). ``verbose=True`` prints the GradcheckReport: per input, analytic
-    and numeric gradients side by side with the wrong elements marked.
+    |analytic − numeric| ≤ atol + rtol·|numeric| (a NaN or infinite gradient never passes).
+    Before that, ``back(R)`` onto a gradient each leaf input already holds must add the same
+    gradient to it (an op that assigns ``x.g = ...`` instead of adding loses another
+    consumer's share, which no single pass from zero shows). Inputs with
+    ``requires_grad=False`` are skipped. On a mismatch raises GradcheckError naming the input,
+    the worst element and both values (its ``.report`` lists every element); returns True
+    otherwise (or False with ``raise_on_error=False``). ``verbose=True`` prints the
+    GradcheckReport: per input, analytic and numeric gradients side by side with the wrong
+    elements marked. f runs 2 + 2·(the inputs' sizes) times, in the grad mode of the caller
+    (f may take gradients itself): state it changes, such as BatchNorm's running statistics in
+    training mode, changes as often; check such ops in ``eval_mode()`` or on a copy.
     """
     inputs = list(inputs)
     _check_arguments("gradcheck", eps, atol, rtol, inputs)
@@ -216,15 +222,48 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-6, rtol=1e-5, seed=0, raise_on_error
     found = iter(grad(out, [x for x in inputs if x.requires_grad], g=weights))   # .g untouched
     analytic = [next(found) if x.requires_grad else None for x in inputs]
 
-    checked = []
-    with no_grad():
-        for position, x in enumerate(inputs):
-            numeric = None
-            if x.requires_grad:
-                numeric = _central_differences(
-                    x, lambda: _weighted_sum(f(*inputs), weights), eps, xp)
-            checked.append(_Input(position, x, analytic[position], numeric, atol, rtol))
+    added = _added_by_back(f, inputs, weights, seed)
+    if added is not None:
+        report = GradcheckReport(
+            [_Input(position, x, added[position], analytic[position], atol, rtol)
+             for position, x in enumerate(inputs) if added[position] is not None],
+            title="gradcheck (what back() added to a gradient the input held, against grad())")
+        if not report.ok:
+            return _verdict(report, verbose, raise_on_error)
+
+    checked = []        # (f runs with grad mode as it is: it may take gradients itself)
+    for position, x in enumerate(inputs):
+        numeric = None
+        if x.requires_grad:
+            numeric = _central_differences(
+                x, lambda: _weighted_sum(f(*inputs), weights), eps, xp)
+        checked.append(_Input(position, x, analytic[position], numeric, atol, rtol))
     return _verdict(GradcheckReport(checked), verbose, raise_on_error)
+
+
+def _added_by_back(f, inputs, weights, seed):
+    """What ``f(*inputs).back(weights)`` adds to the gradient each leaf input already holds
+    (None for the others), with every ``.g`` put back afterwards; None when f's output needs
+    no gradient. An op's ``_back`` that assigns ``x.g = ...`` instead of adding gives the right
+    gradient to an input that starts from none (what ``grad()`` and the finite differences
+    see) but loses what another consumer, or an earlier ``back()``, had put there."""
+    xp = backend.array_module(weights)
+    rng = numpy.random.default_rng(seed + 1)
+    leaves = [x for x in inputs if x.requires_grad and not x._parents]
+    saved = [(x, x._g, getattr(x, "_gshared", False)) for x in leaves]
+    try:
+        held = {}
+        for x in leaves:
+            held[id(x)] = xp.asarray(rng.standard_normal(x.shape), dtype=x.dtype)
+            x._g, x._gshared = held[id(x)].copy(), False
+        out = f(*inputs)
+        if not (isinstance(out, NetVar) and out.requires_grad):
+            return None
+        out.back(weights)
+        return [x._g - held[id(x)] if id(x) in held else None for x in inputs]
+    finally:
+        for x, g, shared in saved:
+            x._g, x._gshared = g, shared
 
 
 def gradgradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, seed=0, raise_on_error=True,

@@ -85,3 +85,67 @@ def test_gradcheck_leaves_inputs_and_their_gradients_as_they_were():
     with pytest.raises(RuntimeError, match="boom"):
         nn.gradcheck(fails_later, x)
     np.testing.assert_array_equal(x.data, [[1.0, 2.0]])     # not left perturbed
+
+
+class _NaNBack(nn.NetOp):
+    def __init__(self, x):
+        super().__init__(x.data * 2, x)
+
+    def _back(self, x):
+        x.g += self.g * np.nan
+
+
+class _Assigns(nn.NetOp):
+    """y = 2x, whose _back assigns x.g instead of adding to it."""
+    def __init__(self, x):
+        super().__init__(x.data * 2, x)
+
+    def _back(self, x):
+        x.g = self.g * 2
+
+
+class _EditsUpstream(nn.NetOp):
+    """y = 2x, whose _back scales the upstream gradient in place (its consumer's array)."""
+    def __init__(self, x):
+        super().__init__(x.data * 2, x)
+
+    def _back(self, x):
+        self._g *= 3
+        x.accumulate(self._g * 2)
+
+
+def test_gradcheck_fails_a_nan_gradient():
+    # |NaN − n| > tolerance is False: a NaN analytic gradient passed as "0 of 2 wrong"
+    x = nn.NetVar(np.array([[0.5, -1.0]]))
+    with pytest.raises(nn.GradcheckError, match=r"analytic nan"):
+        nn.gradcheck(_NaNBack, x)
+
+
+def test_gradcheck_fails_an_op_that_assigns_its_inputs_gradient():
+    # grad() and the finite differences start every input from no gradient, where x.g = ...
+    # gives the right value; back() onto a gradient the input holds loses it (2x + x gave 2)
+    x = nn.NetVar(np.array([[0.5, -1.0]]))
+    with pytest.raises(nn.GradcheckError, match=r"what back\(\) added to a gradient the "
+                                                r"input held"):
+        nn.gradcheck(_Assigns, x)
+    assert x._g is None
+
+
+def test_grad_copies_its_seed_and_gradcheck_catches_an_edited_upstream_gradient():
+    # grad(g=seed) handed the caller's array to the root: an op editing self.g in place
+    # changed gradcheck's weights too, and passed
+    x = nn.NetVar(np.array([[0.5, -1.0]]))
+    seed = np.ones((1, 2))
+    nn.grad(_EditsUpstream(x), [x], g=seed)
+    np.testing.assert_array_equal(seed, np.ones((1, 2)))
+    with pytest.raises(nn.GradcheckError):
+        nn.gradcheck(_EditsUpstream, x)
+
+
+def test_gradcheck_of_a_function_that_takes_a_gradient_itself():
+    # a gradient penalty: the finite differences ran f under no_grad(), where grad() refused
+    def penalty(x):
+        (gx,) = nn.grad((x * x * x).sum(), [x], create_graph=True)
+        return (gx * gx).sum()
+
+    assert nn.gradcheck(penalty, nn.NetVar(np.array([[0.5, -1.0, 2.0]])))

@@ -304,25 +304,6 @@ class Pow(NetOp):
         return (g * (Pow(x, self.p - 1) * self.p),)
 
 
-class _Cast(NetOp):
-    """x in another float dtype: what ``grad(create_graph=True)`` hands a node whose gradient
-    was computed in another dtype (each gradient is in its node's dtype, as with back()).
-
-    y = x as dtype
-    dx = g as x's dtype
-    """
-    __slots__ = ()
-
-    def __init__(self, x, dtype):
-        super().__init__(x._data.astype(dtype), x)
-
-    def _back(self, x):
-        x.accumulate(self._g)                 # (accumulate casts to x's dtype)
-
-    def _grads(self, g, x):
-        return (_Cast(g, x.dtype),)
-
-
 class Exp(NetOp):
     """Exponential.
 
