@@ -157,7 +157,8 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
     of each batch (``distributed.shard`` of the batch's rows), the batches being those of rank 0
     (its shuffle is broadcast, so unseeded ranks agree too) and, on one process, those of
     ``shard=False``. Every rank must give the same number of sequences. batch_size must be at
-    least the number of ranks; a last batch with fewer rows than ranks is dropped.
+    least the number of ranks; a last batch with fewer rows than ranks is dropped (its rows
+    taken as drop_last takes them, before any bucketing).
 
     Every argument is checked at the call (TypeError for a wrong kind: a float or bool
     batch_size, a shuffle or drop_last that is not a bool; ValueError for a wrong value), before
@@ -205,8 +206,11 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
                 targets, target_dtype = list(targets), targets.dtype
     rng = backend.as_generator(seed, "minibatches")
     order = rng.permutation(N) if shuffle else numpy.arange(N)
-    if drop_last:       # before bucketing, so the dropped rows are a random few, not the longest
-        order = order[:N - N % batch_size]
+    # Rows left out (drop_last's, and a last batch too small to cut into one part per rank)
+    # go before bucketing, so that they are a random few, not always the longest.
+    left = N % batch_size
+    if drop_last or (shard and 0 < left < distributed.size()):
+        order = order[:N - left]
     if bucket:
         pool = N if isinstance(bucket, (bool, numpy.bool_)) else int(bucket) * batch_size
         lengths = numpy.array([len(a) for a in arrays])

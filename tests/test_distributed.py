@@ -397,6 +397,11 @@ def test_minibatches_shard_gives_each_rank_its_part_of_rank_0s_batches(collectiv
     assert len(set(sum(batches, []))) == 15
     for k, batch in enumerate(batches):
         assert [len(part[k]) for part in parts] == [2, 2, 1]
+    # bucketed: each epoch 15 distinct rows; the 2 left out were always the longest (15, 16)
+    epochs = [sorted(sum((numbers["bucketed_rows"][e] for _, numbers in ranks), []))
+              for e in range(6)]
+    assert all(len(set(rows)) == len(rows) == 15 for rows in epochs)
+    assert any(15 in rows or 16 in rows for rows in epochs)
 
 
 @needs_mpi
