@@ -8,7 +8,7 @@ import functools
 import inspect
 import threading
 
-from . import core
+from . import checks, core
 
 _grad_off_lock = threading.Lock()
 
@@ -22,6 +22,13 @@ class _Switch:
     """
     attribute = None
 
+    def __new__(cls, *args, **kwargs):
+        switch = super().__new__(cls)
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            switch.__init__()       # @no_grad without parentheses: the decorated function
+            return switch(args[0])
+        return switch
+
     def __init__(self, value):
         self.value = value
         self._local = threading.local()
@@ -34,30 +41,40 @@ class _Switch:
 
     def __enter__(self):
         self._saved().append(getattr(core._state, self.attribute))
-        setattr(core._state, self.attribute, self.value)
-        self._count_grad_off(1)
+        self._set(self.value)
         return self
 
     def __exit__(self, *exc):
-        setattr(core._state, self.attribute, self._saved().pop())
-        self._count_grad_off(-1)
+        self._set(self._saved().pop())
         return False
 
-    def _count_grad_off(self, step):
-        if self.attribute == "grad" and not self.value:
+    def _set(self, value):
+        """Set this thread's mode; ``core._grad_off`` counts the threads whose grad mode is
+        off, whatever order blocks end in (generators holding blocks across a yield may end
+        them out of order, which a count of blocks would lose)."""
+        before = getattr(core._state, self.attribute)
+        setattr(core._state, self.attribute, value)
+        if self.attribute == "grad" and before != value:
             with _grad_off_lock:
-                core._grad_off += step
+                core._grad_off += 1 if before else -1
 
     def __call__(self, function):
         """As a decorator: every call of ``function`` runs inside the switch. A generator
         function runs each of its steps inside it (its body runs at each ``next``, after the
-        call has returned), and the caller's code between steps outside it."""
+        call has returned), and the caller's code between steps outside it; a coroutine
+        function (``async def``) likewise runs each of its steps, between two awaits that
+        suspend it, inside the switch."""
         if inspect.isgeneratorfunction(function):
             @functools.wraps(function)
             def generator(*args, **kwargs):
                 steps = function(*args, **kwargs)
                 return (yield from _each_step_inside(self, steps))
             return generator
+        if inspect.iscoroutinefunction(function):
+            @functools.wraps(function)
+            async def coroutine(*args, **kwargs):
+                return await _Steps(self, function(*args, **kwargs))
+            return coroutine
 
         @functools.wraps(function)
         def wrapped(*args, **kwargs):
@@ -87,11 +104,21 @@ def _each_step_inside(switch, steps):
             resume, argument = steps.throw, error
 
 
+class _Steps:
+    """An awaitable running a coroutine's steps inside a switch (``_each_step_inside``)."""
+
+    def __init__(self, switch, coroutine):
+        self.switch, self.coroutine = switch, coroutine
+
+    def __await__(self):
+        return _each_step_inside(self.switch, self.coroutine.__await__())
+
+
 class no_grad(_Switch):
     """``with nnkit.no_grad():`` ops record no parents, so nothing can be backpropagated.
 
     Use it for evaluation and inference: the graph is not kept, so memory stays flat.
-    Also usable as a decorator. The mode is per thread.
+    Also usable as a decorator, ``@no_grad()`` or ``@no_grad``. The mode is per thread.
     """
     attribute = "grad"
 
@@ -100,7 +127,8 @@ class no_grad(_Switch):
 
 
 class enable_grad(_Switch):
-    """``with nnkit.enable_grad():`` turns recording back on inside a ``no_grad`` block."""
+    """``with nnkit.enable_grad():`` turns recording back on inside a ``no_grad`` block
+    (a decorator too, ``@enable_grad()`` or ``@enable_grad``)."""
     attribute = "grad"
 
     def __init__(self):
@@ -117,7 +145,7 @@ class train_mode(_Switch):
     attribute = "train"
 
     def __init__(self, enabled=True):
-        super().__init__(bool(enabled))
+        super().__init__(checks.flag("train_mode", "enabled", enabled))
 
 
 def eval_mode():

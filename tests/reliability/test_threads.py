@@ -119,3 +119,54 @@ def test_a_decorated_generator_runs_its_steps_in_the_mode_and_the_caller_outside
     with pytest.raises(StopIteration) as stop:
         next(counted(0))
     assert stop.value.value == "done"
+
+
+def test_mode_blocks_ended_out_of_order_by_generators_leave_mode_and_ops_agreeing():
+    # a no_grad and an enable_grad block held across yields, ended in the order they began:
+    # is_grad_enabled() said off while ops still recorded (a count of blocks reached 0)
+    w = nn.NetVar(np.ones((1, 2)))
+
+    def holding(switch):
+        with switch:
+            yield
+
+    first, second = holding(nn.no_grad()), holding(nn.enable_grad())
+    next(first)
+    next(second)
+    for steps in (first, second):
+        next(steps, None)
+    assert nn.is_grad_enabled() is False
+    assert (w * 2).requires_grad is False            # the ops agree with the mode
+    with nn.enable_grad():
+        assert (w * 2).requires_grad is True
+    nn.enable_grad().__enter__()       # this thread's mode on again, for the tests after
+    assert nn.is_grad_enabled() is True and (w * 2).requires_grad is True
+
+
+def test_mode_decorators_cover_coroutines_and_bare_use():
+    import asyncio
+    w = nn.NetVar(np.ones((1, 2)))
+
+    @nn.no_grad()
+    async def quiet():
+        await asyncio.sleep(0)
+        return (w * 2).requires_grad, nn.is_grad_enabled()
+
+    @nn.eval_mode()
+    async def evaluating():
+        await asyncio.sleep(0)
+        return nn.is_training()
+
+    async def both():
+        return await quiet(), await evaluating(), nn.is_grad_enabled(), nn.is_training()
+
+    # the body ran after the call returned, outside the mode: a graph and Dropout in training
+    assert asyncio.run(both()) == ((False, False), False, True, True)
+
+    @nn.no_grad                          # without parentheses, as PyTorch allows
+    def bare():
+        return (w * 2).requires_grad
+
+    assert bare() is False and (w * 2).requires_grad is True
+    with pytest.raises(TypeError, match="train_mode: enabled must be True or False, got str"):
+        nn.train_mode("False")
