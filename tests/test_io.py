@@ -469,3 +469,25 @@ def test_save_follows_a_link_and_a_new_file_follows_the_umask(tmp_path):
     finally:
         os.umask(previous)
     assert (tmp_path / "private.npz").stat().st_mode & 0o777 == 0o600
+
+
+def test_loading_into_an_ffn_whose_data_arguments_differ_from_the_files_is_refused(path):
+    # a plain array or number in the topology is not a parameter: load did not set it, and
+    # the model kept its own (another function than the file's, which nn.load(path) rebuilds)
+    W = nn.NetVar(np.eye(3, dtype=np.float32))
+    mean = np.array([[1.0, 2.0, 3.0]], np.float32)
+    nn.save(path, nn.FFN((nn.Sub, mean), (nn.Multiply, W), (nn.LReLU, 0.2)))
+    for entry, other in ((0, (nn.Sub, np.zeros((1, 3), np.float32))), (2, (nn.LReLU, 0.01))):
+        fresh = nn.FFN((nn.Sub, mean.copy()), (nn.Multiply, nn.NetVar(np.zeros((3, 3), np.float32))),
+                       (nn.LReLU, 0.2))
+        fresh.topology[entry] = other
+        before = _snapshot(fresh.vars)
+        with pytest.raises(nn.CheckpointError, match=rf"FFN topology entry {entry} \(\w+\) "
+                                                     r"argument 1 is .* in the model but another "
+                                                     r"value in the file"):
+            nn.load(path, fresh)
+        _assert_unchanged(fresh.vars, before)
+    same = nn.FFN((nn.Sub, mean.copy()), (nn.Multiply, nn.NetVar(np.zeros((3, 3), np.float32))),
+                  (nn.LReLU, 0.2))
+    nn.load(path, same)
+    np.testing.assert_array_equal(same.topology[1][1].data, np.eye(3))

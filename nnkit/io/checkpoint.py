@@ -94,7 +94,9 @@ def load(path, model=None, optimizer=None, ops=None):
     under its name with the same shape and dtype, and the file must hold nothing else; then
     they are overwritten in place (each keeps its identity and device, so shared weights stay
     shared and an optimizer over ``model.vars`` keeps working; gradients are forgotten). An FFN
-    must also have the saved ops. ``optimizer`` (over the model's parameters, listed in the
+    must also have the saved ops, and the same data arguments (arrays and numbers in its
+    topology, such as a normalisation mean or a slope: they are not parameters, so load does
+    not set them). ``optimizer`` (over the model's parameters, listed in the
     order the saved one listed them, which is checked by parameter name: another order or
     another set is refused) gets its saved options and state.
 
@@ -142,7 +144,7 @@ def load(path, model=None, optimizer=None, ops=None):
                                           for name, p in target.params.items()}, params)
         _check_arrays(path, "buffer", target.buffers, buffers)
         if _has_topology(model) and meta.get("topology") is not None:
-            _check_topology(path, model, meta["topology"])
+            _check_topology(path, model, meta["topology"], source)
         state = None if optimizer is None else _optimizer_state(
             path, meta, source, optimizer,
             {id(p): names[name] for name, p in target.params.items()})

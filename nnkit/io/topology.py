@@ -1,8 +1,8 @@
 """An FFN's topology as plain data: ``_encode_topology`` describes its entries (op names from
 the registry of nnkit's public op classes, arguments as parameter references, BatchNormStates,
 constants and numbers), ``_rebuild`` builds an FFN back from that description,
-``_check_topology`` compares a model's ops with a file's, and ``_file_names`` maps version 1
-parameter names (``<entry>.<Op>.<argument>``) onto a model's."""
+``_check_topology`` compares a model's ops and data arguments with a file's, and
+``_file_names`` maps version 1 parameter names (``<entry>.<Op>.<argument>``) onto a model's."""
 import functools
 
 import numpy
@@ -128,7 +128,10 @@ def _file_names(model, params, version):
     return names
 
 
-def _check_topology(path, net, topology):
+def _check_topology(path, net, topology, source):
+    """The model's ops must be the file's, and so must the arguments that are plain data (an
+    array, a number: not parameters, so load does not set them, and a model keeping its own
+    would compute another function than the file's)."""
     def mine(net):
         return [{"FFN": mine(entry[0])} if _has_topology(entry[0]) else _op_label(entry[0])[0]
                 for entry in net.topology]
@@ -140,6 +143,44 @@ def _check_topology(path, net, topology):
     if mine(net) != theirs(topology):
         raise CheckpointError(f"load: '{path}' holds an FFN with ops {theirs(topology)}; the "
                               f"model has {mine(net)}")
+
+    def same(value, saved):
+        if isinstance(saved, dict) and "array" in saved:
+            array = source.get(saved["array"], "a topology array")
+            return backend.is_array(value) and value.shape == array.shape and \
+                value.dtype == array.dtype and numpy.array_equal(backend.to_cpu(value), array,
+                                                                 equal_nan=True)
+        if isinstance(saved, dict) and ("tuple" in saved or "list" in saved):
+            items = saved.get("tuple", saved.get("list"))
+            return isinstance(value, (tuple, list)) and len(value) == len(items) and all(
+                same(v, s) for v, s in zip(value, items))
+        if isinstance(saved, dict):         # a parameter, constant or BatchNormState:
+            return True                     # checked with the arrays
+        value = value.item() if isinstance(value, numpy.generic) else value
+        return value == saved or (value != value and saved != saved)      # NaN is NaN
+
+    def compare(net, entries, where):
+        for position, (entry, saved) in enumerate(zip(net.topology, entries)):
+            if "ffn" in saved:
+                compare(entry[0], saved["ffn"], f"{where}{position}.")
+                continue
+            for argument, (value, data) in enumerate(zip(entry[1:], saved["args"] or []),
+                                                     start=1):
+                if not same(value, data):
+                    raise CheckpointError(
+                        f"load: '{path}': FFN topology entry {where}{position} "
+                        f"({saved['op']}) argument {argument} is {_shown(value)} in the model "
+                        "but another value in the file; it is data, not a parameter, so load "
+                        "does not set it: build the model with the file's value, or rebuild "
+                        "it from the file (nn.load(path).model)")
+
+    compare(net, topology, "")
+
+
+def _shown(value):
+    if backend.is_array(value):
+        return f"an array of shape {tuple(value.shape)}"
+    return repr(value) if len(repr(value)) <= 40 else f"a {type(value).__name__}"
 
 
 def _topology_constants(topology):
