@@ -80,8 +80,9 @@ def to_gpu(array, device=None):
 
 
 def to_cpu(array):
-    """``array`` in host memory (NumPy arrays and scalars are returned as they are)."""
-    if isinstance(array, (numpy.ndarray, numpy.generic)):
+    """``array`` in host memory (NumPy arrays and scalars, and Python numbers, are returned as
+    they are)."""
+    if isinstance(array, (numpy.ndarray, numpy.generic, int, float)):
         return array
     return array.get()
 

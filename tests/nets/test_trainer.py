@@ -519,3 +519,18 @@ def test_a_masked_mse_weighs_each_batch_by_its_valid_elements():
 
     trainer = nn.Trainer(step, nn.GD([V], lr=0.0, momentum=0.0))
     assert trainer.evaluate(batches)["loss"] == pytest.approx((4 * 1 + 1 * 9) / 5)
+
+
+def test_an_unmasked_mse_weighs_each_batch_by_its_elements():
+    # MSELoss's denominator is then a Python int, which the Trainer could not read
+    V = nn.NetVar(np.ones((1, 1)))
+    batches = [(np.ones((3, 1)), np.zeros((3, 1))), (np.ones((1, 1)), np.full((1, 1), -2.0))]
+
+    def step(batch):
+        x, t = batch
+        return nn.MSELoss(nn.NetVar(x, requires_grad=False) @ V, t)
+
+    trainer = nn.Trainer(step, nn.GD([V], lr=0.0, momentum=0.0))
+    assert trainer.evaluate(batches)["loss"] == pytest.approx((3 * 1 + 1 * 9) / 4)
+    trainer.fit(batches, epochs=1)
+    assert trainer.history["loss"] == [pytest.approx(3.0)]
