@@ -366,7 +366,8 @@ class KLDivLoss(Loss):
     An lp of −inf gives y = NaN (and NaN in dlp there), as in PyTorch: give such targets as
     probabilities (log_target=False), where p = 0 counts as 0.
     ValueError (on CuPy inside detect_anomaly()) for an x or lp above 0 or a p outside [0, 1]:
-    probabilities passed as x are the classic silent mistake.
+    probabilities passed as x are the classic silent mistake. "sum" is nnkit's one summed loss:
+    under ``DataParallel`` give ``average=False`` (the ranks' gradients summed, not averaged).
     """
     __slots__ = ("log_target", "logp", "prob", "D")
     reductions = ("batchmean", "mean", "sum")

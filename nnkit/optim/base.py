@@ -40,7 +40,8 @@ class Optimizer:
     gradient, and at least one (an empty list is always a model whose parameters were not
     found); a parameter listed twice, also in two groups, is refused (TypeError for a wrong
     type, ValueError for the rest). Options must be real numbers: ``lr`` finite and >= 0,
-    ``eps`` finite and > 0, ``weight_decay`` finite and >= 0, momentum-like options in [0, 1).
+    ``eps`` finite and > 0 (and not 0 in a parameter's dtype: 1e-8 is 0 in float16, refused
+    at ``step()``), ``weight_decay`` finite and >= 0, momentum-like options in [0, 1).
     They are checked wherever they are set (constructor, groups, ``load_state_dict``,
     schedules) and again at each ``step()``, which catches ``opt.lr = ...`` or
     ``group["lr"] = ...`` assigned directly. ``step()`` first checks every gradient (after
@@ -214,6 +215,7 @@ class Optimizer:
         grads = [p._g for p in params]
         self._check_gradients(pending, grads, where, "")
         self._check_state_shapes(pending, where)
+        self._check_eps(pending, where)
         # what the modifiers record (ClipGradNorm.last_norm) is put back if a later one refuses
         records = [(modifier.__dict__, dict(modifier.__dict__)) for modifier in self.modifiers
                    if hasattr(modifier, "__dict__")]
@@ -289,6 +291,21 @@ class Optimizer:
                 found = f"has dtype {g.dtype}; a gradient must be a float array"
             raise ValueError(f"{where}: the gradient of parameter {position} ({p._describe()})"
                              f"{source} {found}; nothing was updated")
+
+    def _check_eps(self, pending, where):
+        """An eps that rounds to 0 in a parameter's dtype (1e-8 in float16) makes the update of
+        an element whose gradient is 0 be 0/0 = NaN: refused before any update."""
+        if "eps" not in self.options:
+            return
+        for position, p, group in pending:
+            eps = group.get("eps", self.eps)
+            dtype = p._data.dtype
+            if dtype.kind == "f" and numpy.asarray(eps, dtype=dtype) == 0:
+                least = float(numpy.finfo(dtype).smallest_subnormal)
+                raise ValueError(
+                    f"{where}: eps {eps:g} is 0 in {dtype}, the dtype of parameter {position} "
+                    f"({p._describe()}), so an element whose gradient is 0 would become NaN; "
+                    f"give eps >= {least:.2g} (e.g. 1e-4 for float16); nothing was updated")
 
     def _check_state_shapes(self, pending, where):
         """A parameter whose data was given another shape (``p.data = ...``) no longer fits

@@ -618,3 +618,23 @@ def test_adam_on_float16_keeps_an_eps_that_float16_can_hold(eps):
     opt.step()
     assert p.data[0, 0] == 1.0
     assert abs(float(p.data[0, 1]) - (2.0 - 0.01)) < 2e-3
+
+
+@pytest.mark.parametrize("make", [nn.Adam, nn.AdamW, nn.RMSProp, nn.AdaGrad])
+def test_an_eps_that_is_0_in_a_parameters_dtype_is_refused_before_any_update(make):
+    # the default 1e-8 is 0 in float16: a zero-gradient element became 0/0 = NaN, silently
+    a = nn.NetVar(np.array([[1.0, 2.0]]))
+    p = nn.NetVar(np.array([[1.0, 2.0, 3.0]], dtype=np.float16))
+    opt = make([a, p])
+    a.g = np.ones((1, 2))
+    p.g = np.array([[0.0, 1e-4, 1.0]], dtype=np.float16)
+    before = _copy_state(opt)
+    with pytest.raises(ValueError, match=r"eps 1e-\d+ is 0 in float16, the dtype of parameter "
+                                         r"1 .* nothing was updated"):
+        opt.step()
+    _assert_same_state(opt, before)
+    np.testing.assert_array_equal(a.data, [[1.0, 2.0]])
+    assert p.g is not None and a._g is not None
+    opt.param_groups[0]["eps"] = 1e-4
+    opt.step()
+    assert np.isfinite(p.data).all()
