@@ -1,10 +1,10 @@
 """The engine: NetVar, NetOp and the backward pass.
 
 A NetOp computes its value once, eagerly, in its constructor and keeps references to its
-parents; that is the whole graph. ``back()`` collects the op nodes reachable from the root with
-an explicit stack (no recursion), orders them by creation index (parents are always created
-before their children, so descending index is a reverse topological order) and calls each
-``_back`` exactly once, after all of its consumers have contributed to its gradient.
+parents; that is the whole graph. ``back()`` collects the op nodes reachable from the root in
+a list that grows as it is read (no recursion), orders them by creation index (parents are
+always created before their children, so descending index is a reverse topological order) and
+calls each ``_back`` exactly once, after all of its consumers have contributed to its gradient.
 """
 import copy
 import itertools

@@ -1,12 +1,13 @@
 """A recorded backward pass: what ``node.back(trace=True)`` returns.
 
 Each step is one op's ``_back``, in execution order: the node, the upstream gradient g it
-received, the local rule (the formula lines of its docstring) and what it added to each
+received, the local rule (the formulas of its docstring) and what it added to each
 parent's gradient. A Trace prints as text and shows as an HTML table in Jupyter; ``nnkit.viz``
 draws it (``draw(root, step=k, trace=trace)``, ``draw_trace(trace)``), and this module does not
 import viz: viz sits above it.
 """
 import html
+import inspect
 
 from . import core
 from .arraylike import preview
@@ -16,11 +17,20 @@ __all__ = ['Trace', 'TraceStep', 'trace_back']
 
 
 def local_rule(op_class):
-    """The formula lines (those with an ``=``) of an op's docstring, one per line."""
-    doc = (op_class.__doc__ or "").strip().splitlines()
-    lines = [line.strip() for line in doc[1:] if line.strip()]
-    formulas = [line for line in lines if "=" in line]
-    return "\n".join(formulas or lines) or "(no formula documented)"
+    """The formulas of an op's docstring: after its summary, the first run of lines that state
+    ``name = ...`` (a short left side) and the indented lines that continue them, which the
+    prose after them ends; the lines after the summary when there is no formula."""
+    lines = inspect.cleandoc(op_class.__doc__ or "").splitlines()
+    body = lines[lines.index("") + 1:] if "" in lines else []
+    rule = []
+    for line in body:
+        states = "=" in line and len(line.split("=")[0].strip()) <= 20
+        if states or (rule and line[:1].isspace() and line.strip()):
+            rule.append(line.rstrip())
+        elif rule:
+            break
+    return "\n".join(rule or [line.strip() for line in body if line.strip()]) or \
+        "(no formula documented)"
 
 
 def describe(node):

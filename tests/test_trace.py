@@ -126,3 +126,13 @@ def test_frames_from_a_recorded_trace():
 def test_trace_back_names_a_root_that_is_not_a_node():
     with pytest.raises(TypeError, match=r"trace_back: root must be a NetVar, got ndarray"):
         nn.trace_back(np.ones(3))
+
+
+def test_local_rule_keeps_whole_formulas_and_leaves_the_prose_out():
+    # every line with an "=" was kept: prose cut mid-sentence ("... (x must be finite"), and a
+    # formula's continuation line without one was lost
+    softmax = local_rule(nn.SoftMax).splitlines()
+    assert [line.split(" =")[0] for line in softmax] == ["y", "dx"]
+    clip = local_rule(nn.Clip).splitlines()
+    assert clip[-1].strip() == "clamp)" and len(clip) == 3
+    assert "shape" not in local_rule(nn.CELoss)

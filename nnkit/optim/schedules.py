@@ -237,7 +237,9 @@ class LinearWarmup(Schedule):
     lr = base · (start + (1 − start) · t / warmup)   for t < warmup
     lr = base · then.factor(t − warmup)               afterwards (base when ``then`` is None)
     ``then`` is another schedule built on the same optimizer (e.g. ``CosineLR``); it is driven
-    by this one, so call only the warm-up's ``step()``.
+    by this one, so call only the warm-up's ``step()``. With ``start=0`` (the default) the first
+    learning rate is 0: stepped per epoch, the first epoch trains nothing; give ``start > 0``
+    (e.g. ``1 / warmup``) or step it per batch (``LRSchedule(..., every="step")``).
     """
 
     def __init__(self, optimizer, warmup, start=0.0, then=None):
