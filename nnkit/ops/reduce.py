@@ -259,7 +259,8 @@ class Norm(NetOp):
 class CosineSimilarity(NetOp):
     """Cosine of the angle between a and b along ``axis`` (not a loss: one value per vector).
 
-    Equal to PyTorch's ``cosine_similarity(a, b, dim=axis, eps)``; for a loss use e.g.
+    Equal to PyTorch's ``cosine_similarity(a, b, dim=axis, eps)`` (below eps the gradient is
+    that of y as written here, where PyTorch's differs); for a loss use e.g.
     ``1 - CosineSimilarity(a, b).mean()``. a and b broadcast; y drops ``axis``.
     nₐ = max(‖a‖, eps),  n_b = max(‖b‖, eps)
     y = Σ_axis a·b / (nₐ · n_b)
