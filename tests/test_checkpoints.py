@@ -660,3 +660,18 @@ def test_a_file_whose_references_were_swapped_or_shared_is_refused(path):
             call()
     for p, data in zip(fresh.vars, before):
         np.testing.assert_array_equal(p.data, data)
+
+
+def test_save_takes_a_bytes_path_and_refuses_a_folder_before_writing(tmp_path):
+    # a path ending in '/' was written as the file before it, which load of that path could
+    # not read; a folder failed inside the rename; bytes paths failed in a concatenation
+    model = nn.layers.Linear(2, 2, seed=0)
+    (tmp_path / "folder").mkdir()
+    for path in (str(tmp_path / "ckpt.npz") + os.sep, tmp_path / "folder"):
+        with pytest.raises(IsADirectoryError, match="save: .* is a folder"):
+            nn.save(path, model)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder"]
+    nn.save(os.fsencode(tmp_path / "b.npz"), model)
+    fresh = nn.layers.Linear(2, 2, seed=1)
+    nn.load(os.fsencode(tmp_path / "b.npz"), fresh)
+    np.testing.assert_array_equal(fresh.W.data, model.W.data)

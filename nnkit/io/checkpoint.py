@@ -39,6 +39,10 @@ def save(path, model, optimizer=None, extra=None):
     optimizer that updates a parameter the model does not hold (its state would be restored
     without its value).
     """
+    target = _file_path(path, "save")
+    if target.endswith(os.sep) or os.path.isdir(target):
+        raise IsADirectoryError(f"save: '{target}' is a folder (or ends with '{os.sep}'); give "
+                                "a file name")
     model_ = check_model(model, "save")
     _check_keys(extra, "extra")
     writer = _Writer()
@@ -59,8 +63,17 @@ def save(path, model, optimizer=None, extra=None):
     except (TypeError, ValueError) as error:
         raise TypeError(f"save: extra (or an option) is not JSON-able: {error}") from None
     writer.arrays[META_KEY] = numpy.frombuffer(text.encode("utf-8"), dtype=numpy.uint8)
-    _atomic_write(os.fspath(path), writer.arrays)
+    _atomic_write(target, writer.arrays)
     return path
+
+
+def _file_path(path, where):
+    """``path`` (a str, bytes or path object) as a str; TypeError naming ``where`` else."""
+    try:
+        return os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"{where}: path must be a str or a path, got {type(path).__name__} "
+                        f"{path!r}") from None
 
 
 def _check_optimizer(optimizer, where):
@@ -109,7 +122,7 @@ def load(path, model=None, optimizer=None, ops=None):
     and ``CheckpointError`` for a corrupted, truncated or mismatching one, naming the first
     difference; nothing is changed then (parameters, buffers, gradients, optimizer).
     """
-    path = os.fspath(path)
+    path = _file_path(path, "load")
     target = None if model is None else check_model(model, "load")
     if optimizer is not None:
         _check_optimizer(optimizer, "load")

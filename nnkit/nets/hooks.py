@@ -211,7 +211,7 @@ class SaveBest(Hook):
         _check_validated("SaveBest", trainer, self.metric)
         path = os.path.abspath(os.fspath(self.path))
         folder = os.path.dirname(path)
-        if os.path.isdir(path):
+        if os.path.isdir(path) or os.fsdecode(os.fspath(self.path)).endswith(os.sep):
             raise ValueError(f"SaveBest: path '{path}' is a folder; give a file name")
         if not os.path.isdir(folder):
             raise ValueError(f"SaveBest: the folder '{folder}' of path '{path}' does not exist")
