@@ -193,7 +193,8 @@ def minibatches(seqs, targets=None, batch_size=32, shuffle=True, bucket=False, s
                             f"sequence (an array or a list), got {type(targets).__name__}")
         if len(targets) != N:
             raise ValueError(f"minibatches: {len(targets)} targets for {N} sequences")
-        if not isinstance(targets, numpy.ndarray) and any(numpy.ndim(t) for t in targets):
+        ragged = not isinstance(targets, numpy.ndarray) or targets.dtype.kind == "O"
+        if ragged and any(numpy.ndim(t) for t in targets):      # target sequences, padded
             targets, target_dtype = _as_arrays(targets, "minibatches", "targets")
             for position, (x, t) in enumerate(zip(arrays, targets)):
                 if len(x) != len(t):

@@ -251,3 +251,15 @@ def test_nodes_are_refused_by_name_and_mixed_integer_ids_stay_exact():
     with pytest.raises(ValueError, match="pad_sequences: sequence 0 of dtype uint64 holds values "
                                          "beyond int64"):
         nn.pad_sequences([np.array([2 ** 63 + 1], dtype=np.uint64), np.array([3])])
+
+
+def test_ragged_target_sequences_in_an_object_array_are_padded_as_a_list_is():
+    # an object array of target sequences was yielded as it was: unpadded, batch-major
+    seqs = np.empty(3, dtype=object)
+    seqs[:] = [np.array([1, 2, 3]), np.array([4, 5]), np.array([6])]
+    targets = np.empty(3, dtype=object)
+    targets[:] = [np.array([2, 3, 0]), np.array([5, 0]), np.array([0])]
+    (x, lengths, t), = nn.minibatches(seqs, targets, batch_size=3, shuffle=False)
+    (_, _, expected), = nn.minibatches(seqs, list(targets), batch_size=3, shuffle=False)
+    assert t.dtype == expected.dtype and t.shape == (3, 3)
+    np.testing.assert_array_equal(t, expected)
