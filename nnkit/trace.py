@@ -8,6 +8,7 @@ import viz: viz sits above it.
 """
 import html
 import inspect
+import re
 
 from . import core
 from .arraylike import preview
@@ -17,20 +18,39 @@ __all__ = ['Trace', 'TraceStep', 'trace_back']
 
 
 def local_rule(op_class):
-    """The formulas of an op's docstring: after its summary, the first run of lines that state
-    ``name = ...`` (a short left side) and the indented lines that continue them, which the
-    prose after them ends; the lines after the summary when there is no formula."""
+    """The formulas of an op's docstring: each line stating ``... = ...`` (``y = ...``,
+    ``dx = ...``, ``training:  y = ...``) and the indented lines continuing one, not the prose
+    around them; the lines after the summary when there is no formula."""
     lines = inspect.cleandoc(op_class.__doc__ or "").splitlines()
-    body = lines[lines.index("") + 1:] if "" in lines else []
-    rule = []
-    for line in body:
-        states = "=" in line and len(line.split("=")[0].strip()) <= 20
-        if states or (rule and line[:1].isspace() and line.strip()):
+    body = lines[lines.index("") + 1:] if "" in lines else lines[1:]
+    rule, above = [], None          # above: the indent of the formula a line may continue
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if _states(line):
             rule.append(line.rstrip())
-        elif rule:
-            break
+            above = indent
+        elif above is not None and indent > above and line.strip():
+            rule.append(line.rstrip())
+        else:
+            above = None
     return "\n".join(rule or [line.strip() for line in body if line.strip()]) or \
         "(no formula documented)"
+
+
+_LABEL = re.compile(r"[A-Za-z][\w ]*(\([^)]*\))?[\w ]*:")      # "training:", "backward (t ...):"
+
+
+def _states(line):
+    """Whether a docstring line states a formula: after an optional label (``training:``),
+    what comes before its first `` = `` is math, with no word of prose in it."""
+    text = line.strip()
+    label = _LABEL.match(text)
+    if label:
+        text = text[label.end():]
+    if " = " not in text:
+        return False
+    before = text.split(" = ")[0].strip()
+    return len(before) <= 48 and not re.search(r"[a-z]{4,}", before)
 
 
 def describe(node):

@@ -699,3 +699,23 @@ def test_an_op_class_keeps_its_own_accumulate_and_its_subclasses_inherit_it():
     np.testing.assert_array_equal(x.g, [[4.0, 4.0]])
     assert nn.Tanh.accumulate is not nn.NetVar.accumulate
     assert nn.Tanh.accumulate.__code__ is not nn.Sigmoid.accumulate.__code__
+
+
+def test_the_per_class_accumulate_copies_keep_keyword_defaults_and_pickle():
+    import pickle
+
+    class Base(nn.NetOp):
+        def accumulate(self, g, *, scale=1.0):
+            nn.NetVar.accumulate(self, g * scale)
+
+    class Doubles(Base):
+        def __init__(self, x):
+            super().__init__(x.data * 2, x)
+
+        def _back(self, x):
+            x.accumulate(self.g * 2)
+
+    x = nn.NetVar([[1.0, 2.0]])
+    (Doubles(x) * 3.0).sum().back()        # Doubles.accumulate is a copy of Base's
+    np.testing.assert_array_equal(x.g, [[6.0, 6.0]])
+    assert pickle.loads(pickle.dumps(nn.Exp.accumulate)) is nn.Exp.accumulate

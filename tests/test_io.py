@@ -491,3 +491,17 @@ def test_loading_into_an_ffn_whose_data_arguments_differ_from_the_files_is_refus
                   (nn.LReLU, 0.2))
     nn.load(path, same)
     np.testing.assert_array_equal(same.topology[1][1].data, np.eye(3))
+
+
+def test_loading_into_an_ffn_takes_data_arguments_of_equal_value_in_another_form(path):
+    # the check refused float32(0.2) for 0.2, a float64 mean for the file's float32 one and a
+    # nested list for an array: the same function either way
+    mean = np.array([[1.0, 2.0, 3.0]], np.float32)
+    nn.save(path, nn.FFN((nn.Sub, mean), (nn.Multiply, nn.NetVar(np.eye(3, dtype=np.float32))),
+                         (nn.LReLU, np.float32(0.2))))
+    for mean_form, slope in ((mean.astype(np.float64), 0.2), ([[1.0, 2.0, 3.0]], np.float64(0.2)),
+                             (mean, np.float32(0.2))):
+        net = nn.FFN((nn.Sub, mean_form), (nn.Multiply, nn.NetVar(np.zeros((3, 3), np.float32))),
+                     (nn.LReLU, slope))
+        nn.load(path, net)
+        np.testing.assert_array_equal(net.topology[1][1].data, np.eye(3))

@@ -136,3 +136,13 @@ def test_local_rule_keeps_whole_formulas_and_leaves_the_prose_out():
     clip = local_rule(nn.Clip).splitlines()
     assert clip[-1].strip() == "clamp)" and len(clip) == 3
     assert "shape" not in local_rule(nn.CELoss)
+    # formulas after a prose paragraph, labelled ones, and a user op without a blank line
+    assert local_rule(nn.Var).splitlines()[0].startswith("y = Σ_axis")
+    assert "dW = G·Xᵀ" in local_rule(nn.Conv2D) and "evaluation" in local_rule(nn.Dropout)
+    assert "backward (t = L−1 … 0):  dh_t" in local_rule(nn.LSTM)
+
+    class Doubles(nn.NetOp):
+        """Doubles.
+        y = 2x
+        dx = 2g"""
+    assert local_rule(Doubles).splitlines() == ["y = 2x", "dx = 2g"]

@@ -146,18 +146,16 @@ def _check_topology(path, net, topology, source):
 
     def same(value, saved):
         if isinstance(saved, dict) and "array" in saved:
-            array = source.get(saved["array"], "a topology array")
-            return backend.is_array(value) and value.shape == array.shape and \
-                value.dtype == array.dtype and numpy.array_equal(backend.to_cpu(value), array,
-                                                                 equal_nan=True)
+            return _same_values(value, source.get(saved["array"], "a topology array"))
         if isinstance(saved, dict) and ("tuple" in saved or "list" in saved):
             items = saved.get("tuple", saved.get("list"))
-            return isinstance(value, (tuple, list)) and len(value) == len(items) and all(
-                same(v, s) for v, s in zip(value, items))
+            if not isinstance(value, (tuple, list)):        # an array for a list of numbers
+                return not any(isinstance(item, dict) for item in items) and \
+                    _same_values(value, items)
+            return len(value) == len(items) and all(same(v, s) for v, s in zip(value, items))
         if isinstance(saved, dict):         # a parameter, constant or BatchNormState:
             return True                     # checked with the arrays
-        value = value.item() if isinstance(value, numpy.generic) else value
-        return value == saved or (value != value and saved != saved)      # NaN is NaN
+        return _same_values(value, saved)
 
     def compare(net, entries, where):
         for position, (entry, saved) in enumerate(zip(net.topology, entries)):
@@ -175,6 +173,30 @@ def _check_topology(path, net, topology, source):
                         "it from the file (nn.load(path).model)")
 
     compare(net, topology, "")
+
+
+def _same_values(value, saved):
+    """Whether a model's data argument holds the file's values: numbers and arrays compared in
+    the lower precision of the two (the slope 0.2 and float32(0.2), a mean as float64 or as
+    the file's float32 are the same; a number the file holds that float32 represents exactly
+    is taken as float32), NaN equal to NaN; anything else with ==."""
+    try:
+        mine = numpy.asarray(backend.to_cpu(value) if backend.is_array(value) else value)
+        theirs = numpy.asarray(saved)
+    except (TypeError, ValueError):
+        return False
+    if mine.shape != theirs.shape:
+        return False
+    if theirs.dtype == numpy.float64 and numpy.array_equal(
+            theirs.astype(numpy.float32), theirs, equal_nan=True):
+        theirs = theirs.astype(numpy.float32)   # the file keeps a float32 number as a float
+    if mine.dtype.kind in "biuf" and theirs.dtype.kind in "biuf":
+        floats = [d for d in (mine.dtype, theirs.dtype) if d.kind == "f"]
+        common = min(floats, key=lambda d: d.itemsize) if floats else \
+            numpy.result_type(mine, theirs)
+        return numpy.array_equal(mine.astype(common), theirs.astype(common),
+                                 equal_nan=common.kind == "f")
+    return mine.dtype == theirs.dtype and bool(numpy.all(mine == theirs))
 
 
 def _shown(value):

@@ -36,7 +36,7 @@ the output hooks (``ProgressBar``, ``SaveBest``, ``PlotHistory``, any hook with
 says where each happens. ``trainer.batch_weight`` is the current batch's weight in the epoch's
 mean, which weights each rank's gradient: the loss's own ``denominator`` when it has one (the
 class-index losses: the total weight Σ wᵢ of the positions they count, after class weights,
-``ignore_index`` and masks; MSELoss: the elements it counts), else ``mask.sum()`` when step_fn returns a mask, else the
+``ignore_index`` and masks; a masked MSELoss: the valid positions), else ``mask.sum()`` when step_fn returns a mask, else the
 batch's ``weight`` attribute (``minibatches`` sets it: sequences, or valid steps, padding left
 out), else the positions of the predictions (all axes but the last), else the rows of the
 batch's first item (of a tuple or list; the first value of a dict; the rows of a slice), and 1

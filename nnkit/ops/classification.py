@@ -17,9 +17,11 @@ import numpy
 
 from .. import backend, checks, core
 from ..core import NetVar, constant
+from ..dtypes import wide
 from .activation import LogSoftmax, Sigmoid, sigmoid
 from .loss import Loss, _check_range, _pair, _same_positions, _scalar, _upstream, _valid_mask
 from .math import Where
+from .shape import narrowed, widened
 
 
 class CELoss(Loss):
@@ -29,6 +31,7 @@ class CELoss(Loss):
     dp = −g · t / max(p, ε) / B,  dt = −g · ln max(p, ε) / B
     p and t have one shape (..., C), B = size / C. For logits use SoftmaxCELoss, which is exact
     and stable: a p or t outside [0, 1] raises ValueError (on CuPy inside detect_anomaly()).
+    float16 computes max(p, ε) and its logarithm in float32 (ε is 0 in float16).
     """
     __slots__ = ("pc", "B")
     eps = 1e-12
@@ -40,9 +43,10 @@ class CELoss(Loss):
                      "; CELoss takes probabilities; for logits use SoftmaxCELoss")
         _check_range("CELoss", "target", t._data, 0, 1, " (targets are probabilities)")
         xp = backend.array_module(pd)
-        self.pc = xp.maximum(pd, self.eps)
+        self.pc = xp.maximum(wide(pd), self.eps)     # float16: ε in float32 (0 in float16)
         self.B = pd.size // pd.shape[-1] if pd.ndim else 1
-        super().__init__(_scalar(-(t._data * xp.log(self.pc)).sum() / self.B, xp), p, t)
+        value = -(t._data * xp.log(self.pc)).sum() / self.B
+        super().__init__(_scalar(value, xp).astype(pd.dtype, copy=False), p, t)
 
     def _back(self, p, t):
         g = _upstream(self)
@@ -57,10 +61,11 @@ class CELoss(Loss):
         # derivative 0 below ε, disagreed with back() there). Its second derivative is that of
         # dp: −1/p² above ε, 0 below.
         xp = backend.array_module(self.pc)
-        above = (p._data >= self.eps).astype(self.pc.dtype)
-        line = p / self.eps + (xp.log(self.eps) - p._data / self.eps)
-        logs = (p * above + (1 - above)).log() * above + line * (1 - above)
-        return (-(t * logs).sum() / self.B).reshape(1, 1)
+        pw, tw = widened(p), widened(t)     # float16: ε and 1/ε in float32, as the forward pass
+        above = (pw._data >= self.eps).astype(pw.dtype)
+        line = pw / self.eps + (xp.log(self.eps) - pw._data / self.eps)
+        logs = (pw * above + (1 - above)).log() * above + line * (1 - above)
+        return narrowed((-(tw * logs).sum() / self.B).reshape(1, 1), self._data.dtype)
 
 
 def _class_weight(op, weight, C, dtype, xp):

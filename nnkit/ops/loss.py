@@ -24,8 +24,8 @@ class Loss(NetOp):
 
     ``FFN.vars`` never lists the arguments of a Loss entry. A loss that is a weighted mean may
     set ``denominator``, the total weight it divides by (Σ wᵢ of the class-index losses, the
-    valid elements of MSELoss): the Trainer weighs the batch by it in the epoch's mean and
-    across ranks.
+    valid positions of a masked MSELoss): the Trainer weighs the batch by it in the epoch's
+    mean and across ranks.
     """
     __slots__ = ("denominator",)
 
@@ -264,8 +264,9 @@ class MSELoss(Loss):
     ``mask`` has the leading shape of p (e.g. (T, B) for (T, B, F) data, broadcast over the
     features) or p's own shape; ``lengths`` (B,) builds the (T, B) mask of a time-major batch.
     A mask in another layout ((B, T) for (T, B, F) data) or with values other than 0/1 is
-    refused, and so are lengths outside [0, T]. When the mask keeps nothing the mean is
-    0/0 = NaN, as in PyTorch, and the gradient 0. ``denominator`` is N.
+    refused, and so are lengths outside [0, T]. When the mask keeps nothing, the mean is the
+    NaN of 0/0, as in PyTorch, and the gradient 0. With a mask, ``denominator`` is the number
+    of valid positions (the Trainer weighs the batch by it).
     """
     __slots__ = ("r", "n", "m")
 
@@ -274,6 +275,7 @@ class MSELoss(Loss):
         xp = backend.array_module(p._data)
         r = p._data - t._data
         self.m = None
+        self.denominator = None     # the Trainer weighs an unmasked batch by its rows
         if mask is None and lengths is None:
             n = r.size
         else:
@@ -283,13 +285,13 @@ class MSELoss(Loss):
             else:
                 md = xp.asarray(mask.data if isinstance(mask, NetVar) else mask)
                 m = _valid_mask("MSELoss", shape[:md.ndim], md, None, xp)
+            self.denominator = m.sum()      # the valid positions (N over their features)
             m = m.reshape(m.shape + (1,) * (len(shape) - m.ndim))
             m = xp.broadcast_to(m, shape).astype(p._data.dtype)
             r = xp.where(m != 0, r, 0)        # padding counts for nothing, NaN or inf included
             n = m.sum()
             self.m = m
         self.r = r
-        self.denominator = n
         # N for the gradient, 1 when nothing counts: r is 0 everywhere then, and so is the
         # gradient (0/0 made it NaN); the mean stays 0/0 = NaN
         self.n = n if self.m is None else xp.where(n != 0, n, 1)

@@ -10,6 +10,7 @@ import numpy
 
 from .. import backend, core
 from ..core import NetOp, NetVar
+from ..modes import is_grad_enabled
 from .arithmetic import _nodes
 
 
@@ -106,8 +107,9 @@ def _on_host(bound):
 
 def _bound(name, value, x, xp):
     """A bound as an array of x's dtype; refuses what is not a number or array, NaN, and a
-    node that needs a gradient (which a constant bound would never give it)."""
-    if isinstance(value, NetVar) and value.requires_grad:
+    node that needs a gradient while gradients are recorded (a constant bound never gives it
+    one)."""
+    if isinstance(value, NetVar) and value.requires_grad and is_grad_enabled():
         which = "Maximum(x, lo)" if name == "lo" else "Minimum(x, hi)"
         raise ValueError(f"Clip: {name} ({value._describe()}) requires a gradient, but Clip's "
                          f"bounds are constants and get none; use nn.{which} to differentiate "

@@ -212,9 +212,11 @@ class Var(NetOp):
                              f"freedom with ddof={ddof}")
         xw = wide(x._data)          # float16 squares overflow at |x − x̄| > 256
         self.centred = xw - xw.mean(axis=self.axes, keepdims=True)
-        y = (self.centred * self.centred).sum(axis=self.axes, keepdims=self.keepdims) / self.dof
-        super().__init__(backend.array_module(x._data).asarray(y).astype(x._data.dtype,
-                                                                          copy=False), x)
+        y = backend.array_module(x._data).asarray(
+            (self.centred * self.centred).sum(axis=self.axes, keepdims=self.keepdims) / self.dof)
+        if xw is not x._data:       # float16 again (integers stay float, as NumPy's var)
+            y = y.astype(x._data.dtype)
+        super().__init__(y, x)
 
     def _back(self, x):
         x.accumulate(_spread(self, self._g, x) * (2 / self.dof) * self.centred)

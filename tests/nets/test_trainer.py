@@ -534,3 +534,13 @@ def test_an_unmasked_mse_weighs_each_batch_by_its_elements():
     assert trainer.evaluate(batches)["loss"] == pytest.approx((3 * 1 + 1 * 9) / 4)
     trainer.fit(batches, epochs=1)
     assert trainer.history["loss"] == [pytest.approx(3.0)]
+
+
+def test_an_mse_batch_counts_its_rows_as_samples():
+    # the loss's element count (rows times outputs) was taken as the batch's samples
+    model = nn.layers.Linear(3, 2, seed=0)
+    X, Y = np.ones((32, 3), np.float32), np.zeros((32, 2), np.float32)
+    trainer = nn.Trainer(lambda batch: nn.MSELoss(model(batch[0]), batch[1]),
+                         nn.GD(model.vars, lr=0.0, momentum=0.0))
+    trainer.fit([(X, Y)], epochs=1)
+    assert trainer.history["samples"] == [32.0]

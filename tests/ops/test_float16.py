@@ -79,3 +79,13 @@ def test_astype_casts_the_value_and_the_gradient_back():
     np.testing.assert_array_equal(first.data, x.g)
     with pytest.raises(TypeError, match="AsType: dtype must be a float dtype, got int64"):
         x.astype(np.int64)
+
+
+def test_celoss_of_float16_differentiates_twice_in_float32():
+    # its rule for grad(create_graph=True) divided by eps = 1e-12, which is 0 in float16
+    p = nn.NetVar(np.array([[0.0, 0.3, 0.7]], np.float16))
+    t = np.array([[0.0, 1.0, 0.0]], np.float16)
+    nn.CELoss(p, t).back()
+    (first,) = nn.grad(nn.CELoss(p, t), [p], create_graph=True)
+    assert first.dtype == np.float16 and np.isfinite(first.data).all()
+    np.testing.assert_array_equal(first.data, p.g)

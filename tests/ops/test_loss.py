@@ -245,9 +245,9 @@ def test_mse_where_the_mask_keeps_nothing_is_nan_with_a_zero_gradient():
     np.testing.assert_array_equal(first.data, np.zeros((3, 2, 1)))
 
 
-def test_mse_states_the_count_it_divides_by():
-    # the Trainer weighs a batch by it: the epoch's value is then the mean over every valid
-    # element (a mask in the loss alone made it weigh padding as well)
+def test_a_masked_mse_states_its_valid_positions():
+    # the Trainer weighs a batch by them: the epoch's value is then the mean over every valid
+    # element (a mask in the loss alone made it weigh padding as well); unmasked, the rows
     p = nn.NetVar(np.ones((3, 2, 2)))
-    assert float(nn.MSELoss(p, np.zeros((3, 2, 2)), lengths=np.array([3, 1])).denominator) == 8
-    assert float(nn.MSELoss(p, np.zeros((3, 2, 2))).denominator) == 12
+    assert float(nn.MSELoss(p, np.zeros((3, 2, 2)), lengths=np.array([3, 1])).denominator) == 4
+    assert nn.MSELoss(p, np.zeros((3, 2, 2))).denominator is None

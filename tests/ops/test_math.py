@@ -130,6 +130,8 @@ def test_clip_refuses_a_bound_that_requires_a_gradient(rng):
         nn.Clip(x, lo)
     with pytest.raises(ValueError, match=r"Clip: hi .* requires a gradient.* nn.Minimum\(x, hi\)"):
         x.clip(None, lo)
+    with nn.no_grad():                                   # nothing recorded: taken
+        np.testing.assert_array_equal(nn.Clip(x, lo).data, np.maximum(x.data, 0.3))
     y = nn.Clip(x, lo.detach())                          # a constant bound: as before
     np.testing.assert_array_equal(y.data, np.maximum(x.data, 0.3))
     m = nn.Maximum(x, lo)

@@ -255,3 +255,9 @@ def test_max_and_min_over_the_nonempty_axes_of_an_empty_x(op):
     assert y.shape == (0,)
     y.sum().back()
     assert x.g.shape == (0, 3)
+
+
+def test_the_variance_of_integers_is_a_float():
+    # the result was cast to x's dtype (for float16): integers gave 1 for 1.556
+    x = nn.NetVar(np.array([[1, 2, 4]]), dtype=int)
+    assert x.var().data == pytest.approx(np.var([1, 2, 4])) and x.var().dtype == np.float64
