@@ -91,12 +91,16 @@ def _shares(w, total, xp):
     counts (total 0): the mean is then 0/0 = NaN (``_nan_if_empty``), as in PyTorch, but its
     gradient is 0, as PyTorch's is (0/0 shares made every parameter NaN after one step on a
     batch of padding or ignored targets)."""
-    counts = total != 0
+    if xp is numpy:                 # on the host: the total itself decides (one division)
+        return w / total if total != 0 else numpy.zeros_like(w)
+    counts = total != 0             # on a device: no read back to the host
     return xp.where(counts, w / xp.where(counts, total, 1), 0)
 
 
 def _nan_if_empty(value, total, xp):
     """The mean ``value``, NaN when nothing counts (total 0), as PyTorch's mean over nothing."""
+    if xp is numpy:
+        return value if total != 0 else numpy.full_like(value, numpy.nan)
     return xp.where(total != 0, value, xp.nan)
 
 

@@ -44,9 +44,15 @@ class Adam(Optimizer):
         tmp *= 1 - b2
         v *= b2
         v += tmp
-        xp.sqrt(v, out=tmp)          # √v̂ + eps as written: eps·√(1 − β2ᵗ) underflows in
-        tmp /= (1 - b2 ** t) ** 0.5  # float16 for eps from 6e-8 to 2e-6, where eps does not
-        tmp += self.eps
-        xp.divide(m, tmp, out=tmp)
-        tmp *= self.lr / (1 - b1 ** t)
+        root_c2 = (1 - b2 ** t) ** 0.5
+        xp.sqrt(v, out=tmp)
+        if tmp.dtype.itemsize > 2:   # √v̂ + eps = (√v + eps·√c2) / √c2,  c2 = 1 − β2ᵗ: one
+            tmp += self.eps * root_c2                       # operation less
+            xp.divide(m, tmp, out=tmp)
+            tmp *= self.lr * root_c2 / (1 - b1 ** t)
+        else:                        # float16, where eps·√c2 underflows for eps from 6e-8 to
+            tmp /= root_c2           # 2e-6 (eps itself does not): √v̂ + eps as written
+            tmp += self.eps
+            xp.divide(m, tmp, out=tmp)
+            tmp *= self.lr / (1 - b1 ** t)
         p._data -= tmp

@@ -1,6 +1,7 @@
 """The Optimizer base: parameters (in groups), hyperparameters, modifiers and ``step()``."""
 
 __all__ = ['Optimizer']
+import functools
 import math
 
 import numpy
@@ -9,6 +10,12 @@ from .. import backend, checks
 from ..core import NetVar
 
 _ndarray = numpy.ndarray
+
+
+@functools.lru_cache(maxsize=None)
+def _rounds_to_0_below(dtype):
+    """A bound under which a positive number may round to 0 in ``dtype`` (none above it)."""
+    return float(numpy.finfo(dtype).smallest_subnormal) if dtype.kind == "f" else 0.0
 
 
 class Optimizer:
@@ -300,7 +307,7 @@ class Optimizer:
         for position, p, group in pending:
             eps = group.get("eps", self.eps)
             dtype = p._data.dtype
-            if dtype.kind == "f" and numpy.asarray(eps, dtype=dtype) == 0:
+            if eps < _rounds_to_0_below(dtype) and numpy.asarray(eps, dtype=dtype) == 0:
                 least = float(numpy.finfo(dtype).smallest_subnormal)
                 raise ValueError(
                     f"{where}: eps {eps:g} is 0 in {dtype}, the dtype of parameter {position} "

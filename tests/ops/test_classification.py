@@ -483,3 +483,18 @@ def test_a_padding_row_of_nan_logits_gets_0_from_create_graph_too(options):
     np.testing.assert_allclose(first.data, z.g, rtol=1e-12)
     (second,) = nn.grad((first * first).sum(), [z])
     assert np.isfinite(second).all() and (second[1] == 0).all()
+
+
+def test_the_shares_of_a_weighted_mean_are_the_same_on_the_host_and_on_a_device():
+    # the host path tests the total itself; the device path (CuPy) must not read it back, so
+    # it uses where(): run it with NumPy's functions behind another module
+    import types
+    from nnkit.ops.classification import _nan_if_empty, _shares
+    device = types.SimpleNamespace(where=np.where, nan=np.nan)
+    for w in (np.array([1.0, 0.0, 3.0]), np.zeros(3)):
+        total = w.sum()
+        np.testing.assert_array_equal(_shares(w, total, np), _shares(w, total, device))
+        value = np.asarray(1.5)
+        np.testing.assert_array_equal(_nan_if_empty(value, total, np),
+                                      _nan_if_empty(value, total, device))
+    assert np.isnan(_nan_if_empty(np.asarray(0.0), np.asarray(0.0), device))
