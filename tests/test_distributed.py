@@ -503,3 +503,29 @@ def test_ranks_with_different_numbers_of_batches_all_raise(tmp_path_factory):
     for _, numbers in scenarios.results(folder, "uneven_batches", 2):
         assert "rank 1 ran out of batches after 4 in epoch 1 while other ranks have more" in \
             numbers["error"]
+
+
+def test_a_batch_whose_every_target_is_ignored_trains_as_without_data_parallel(alone):
+    # every rank's weight 0: allreduce_grads raised after the first update (the plain Trainer
+    # trains on: NaN loss, zero gradient); a hand-written call with weight 0 still raises
+    x = np.random.default_rng(0).standard_normal((20, 3))
+    labels = np.random.default_rng(1).integers(0, 3, 20)
+    labels[10:] = -1
+
+    def run(hooks):
+        model = nn.layers.Linear(3, 3, seed=0)
+
+        def step(batch):
+            z = model(batch[0])
+            return nn.SoftmaxCELoss(z, batch[1], ignore_index=-1), z, batch[1]
+        trainer = nn.Trainer(step, nn.GD(model.vars, lr=0.1), hooks=hooks(model))
+        trainer.fit([(x[:10], labels[:10]), (x[10:], labels[10:])], epochs=2)
+        return model.W.data, trainer.history["loss"]
+
+    (W, loss), (W_dp, loss_dp) = run(lambda m: []), run(lambda m: [dist.DataParallel(m)])
+    np.testing.assert_array_equal(W, W_dp)
+    assert loss == loss_dp
+    p = nn.NetVar(np.ones((1, 2)))
+    p.g = np.ones((1, 2))
+    with pytest.raises(ValueError, match="every rank gave weight 0"):
+        dist.allreduce_grads([p], weight=0)

@@ -105,7 +105,7 @@ def broadcast_vars(params, root=0):
                 owner.mark_edited()
 
 
-def allreduce_grads(params, average=True, weight=None):
+def allreduce_grads(params, average=True, weight=None, allow_empty=False):
     """Sum (``average=False``) or average the gradients of ``params`` over the ranks, in place:
     call it on every rank after ``back()`` and before ``optimizer.step()``.
 
@@ -122,8 +122,10 @@ def allreduce_grads(params, average=True, weight=None):
     ``average`` (Σ w_k comes from one small all-reduce first), Σ_k w_k · g_k without. Give the
     rows (or valid positions) of this rank's shard, and the average is the gradient of the mean
     loss over the whole batch however unevenly it was cut (see the package docstring); None
-    counts every rank once. Raises ValueError, on every rank, when ``average`` and every
-    rank's weight is 0. No-op in one process.
+    counts every rank once. When ``average`` and every rank's weight is 0, raises ValueError
+    on every rank, or with ``allow_empty=True`` (a batch that counts for nothing, such as one
+    whose every target is ignored: ``DataParallel`` passes it) sets every gradient to 0, as
+    the mean loss over nothing has. No-op in one process otherwise.
     """
     where = "allreduce_grads"
     checks.flag(where, "average", average)
@@ -138,8 +140,13 @@ def allreduce_grads(params, average=True, weight=None):
         total = float(ranks) if weight is None else weight if ranks == 1 else \
             _combined(comm, numpy.array(float(weight)), True)
         if total == 0:
-            raise ValueError(f"{where}: every rank gave weight 0, so there is no average; give "
-                             "each rank's number of rows (or valid positions)")
+            if not checks.flag(where, "allow_empty", allow_empty):
+                raise ValueError(f"{where}: every rank gave weight 0, so there is no average; "
+                                 "give each rank's number of rows (or valid positions)")
+            for p in params:
+                if p._g is not None:
+                    p.g = 0
+            return
         scale = mine / total
     if ranks == 1:
         return

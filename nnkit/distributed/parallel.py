@@ -82,7 +82,7 @@ class DataParallel:
     def on_before_step(self, trainer, loss):
         """All-reduce the gradients, weighted by each rank's ``trainer.batch_weight``."""
         allreduce_grads(trainer.params, average=self.average,
-                        weight=trainer.batch_weight if self.average else None)
+                        weight=trainer.batch_weight if self.average else None, allow_empty=True)
 
     def agree(self, *flags):
         """For each flag, whether it is true on any rank (one call for all of them)."""

@@ -214,7 +214,11 @@ class MaxPool2D(_Pool):
         super().__init__(y, x)
 
     def _back(self, x):
-        self._add_back(x, (self._g * (self.arg == k) for k in range(len(self.slices))))
+        # each window's g goes to its arg-max alone: where(), as g · [arg = k] would make an
+        # infinite or NaN g NaN at the other cells of the window (∞ · 0)
+        xp = backend.array_module(self._g)
+        self._add_back(x, (xp.where(self.arg == k, self._g, 0)
+                           for k in range(len(self.slices))))
 
     def _grads(self, g, x):
         # dx is g routed by the arg-max, a constant routing (y is piecewise linear in x)
@@ -366,13 +370,22 @@ class _ConvWeight(NetOp):
         return dx, dg
 
 
+def _weighted(weight, a):
+    """weight · a, for a boolean weight (the max's arg-max indicator) a where(): ∞ or NaN
+    times a False stays 0."""
+    if getattr(weight, "dtype", None) == bool:
+        return backend.array_module(a).where(weight, a, 0)
+    return weight * a
+
+
 def _window_sum(xd, geo, weights):
     """Σ_k weights[k] · x̃[window k], x̃ = x padded with zeros: a pool's y for constant weights
     (1/d for the average, the arg-max indicator for the maximum)."""
     xd = _pad(xd, geo.padding)
     y = None
     for (_, _, window), weight in zip(geo.slices, weights):
-        y = weight * xd[window] if y is None else y + weight * xd[window]
+        part = _weighted(weight, xd[window])
+        y = part if y is None else y + part
     return y
 
 
@@ -380,7 +393,7 @@ def _spread(gd, geo, weights):
     """The adjoint of ``_window_sum``: weights[k] · g added to window k, cropped to x."""
     dx = backend.array_module(gd).zeros(geo.padded_shape, dtype=gd.dtype)
     for (_, _, window), weight in zip(geo.slices, weights):
-        dx[window] += weight * gd
+        dx[window] += _weighted(weight, gd)
     return _crop(dx, geo.padding)
 
 

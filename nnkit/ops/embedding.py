@@ -49,7 +49,7 @@ class Embedding(NetOp):
         xp = backend.array_module(table._data)
         D = table._data.shape[1]
         dtable = xp.zeros_like(table._data)
-        scatter_add(dtable, self.idx.reshape(-1), self._g.reshape(-1, D))
+        scatter_add(dtable, self.idx.reshape(-1), self._g.reshape(self.idx.size, D))
         if self.padding_idx is not None:
             dtable[self.padding_idx] = 0
         table.accumulate(dtable)
@@ -71,7 +71,7 @@ class _RowsAdded(NetOp):
         self.idx, self.padding_idx = idx, padding_idx
         xp = backend.array_module(g._data)
         dtable = xp.zeros(shape, dtype=g._data.dtype)
-        scatter_add(dtable, idx.reshape(-1), g._data.reshape(-1, shape[1]))
+        scatter_add(dtable, idx.reshape(-1), g._data.reshape(idx.size, shape[1]))
         if padding_idx is not None:
             dtable[padding_idx] = 0
         super().__init__(dtable, g)

@@ -306,3 +306,20 @@ def test_avg_pool_refuses_count_include_pad_that_is_not_a_bool(flag, rng):
     with pytest.raises(TypeError, match=r"AvgPool2D: count_include_pad must be True or False, "
                                         r"got "):
         nn.AvgPool2D(var64(rng, 1, 1, 4, 4), 3, 1, 1, count_include_pad=flag)
+
+
+def test_max_pooling_sends_an_infinite_gradient_to_the_arg_max_alone():
+    # g · [arg = k] made inf · 0 = NaN at every other cell of the window (PyTorch: 0 there),
+    # and so did the rule grad(create_graph=True) differentiates
+    x = nn.NetVar(np.arange(16.0).reshape(1, 1, 4, 4))
+    seed = np.ones((1, 1, 2, 2))
+    seed[0, 0, 0, 0] = np.inf
+    nn.MaxPool2D(x, 2).back(seed)
+    np.testing.assert_array_equal(x.g[0, 0, :2, :2], [[0.0, 0.0], [0.0, np.inf]])
+    assert np.isfinite(x.g[0, 0, 2:, :]).all()
+    v = nn.NetVar(np.full((1, 1, 4, 4), np.inf), requires_grad=False)
+    g = nn.NetVar(np.ones((1, 1, 2, 2)))
+    (first,) = nn.grad(nn.MaxPool2D(x, 2), [x], g=g, create_graph=True)
+    (second,) = nn.grad((first * np.where(np.arange(16).reshape(1, 1, 4, 4) % 5 == 0, np.inf,
+                                          1.0)).sum(), [g])
+    assert not np.isnan(second).any()

@@ -122,3 +122,14 @@ def test_embedding_refuses_bool_and_float_indices_and_changes_nothing(rng):
         nn.Embedding(np.array([1, 7], dtype=np.uint8), table)
     np.testing.assert_array_equal(table.data, before[0])
     np.testing.assert_array_equal(table.g, before[1])
+
+
+def test_an_embedding_of_zero_columns_backpropagates():
+    # reshape(-1, 0) of an empty gradient failed inside NumPy
+    table = nn.NetVar(np.zeros((3, 0)))
+    y = nn.Embedding(np.array([[0, 2]]), table)
+    y.back(np.zeros(y.shape))
+    assert table.g.shape == (3, 0)
+    (first,) = nn.grad(nn.Embedding(np.array([[0, 2]]), table), [table], g=nn.NetVar(
+        np.zeros((1, 2, 0))), create_graph=True)
+    assert first.shape == (3, 0)
