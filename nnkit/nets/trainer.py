@@ -25,7 +25,8 @@ iterator (a generator, ``iter(...)``, ``nn.minibatches(...)``) is refused for mo
 epoch before anything trains.
 
 Each epoch's logs hold ``epoch``, ``loss``, every metric, ``val_loss`` and ``val_<metric>``
-with validation data, ``lr`` (the rate of the epoch's last update), ``samples`` and ``time``
+with validation data, ``lr`` (the rate of the epoch's last update), ``samples`` (the rows,
+or valid positions, trained on, whatever weights the loss gives them) and ``time``
 (seconds). ``fit`` returns
 ``trainer.history`` (a ``History``: dict of lists of those logs).
 
@@ -34,13 +35,15 @@ all-reduce the gradients before each step, sum the epoch's loss and metrics over
 the output hooks (``ProgressBar``, ``SaveBest``, ``PlotHistory``, any hook with
 ``root_only = True``) on rank 0 only and stop every rank together; ``DataParallel``'s docstring
 says where each happens. ``trainer.batch_weight`` is the current batch's weight in the epoch's
-mean, which weights each rank's gradient: the loss's own ``denominator`` when it has one (the
-class-index losses: the total weight Σ wᵢ of the positions they count, after class weights,
-``ignore_index`` and masks; a masked MSELoss: the valid positions), else ``mask.sum()`` when step_fn returns a mask, else the
+mean, which weights each rank's gradient: the loss's own ``denominator`` (every nnkit loss
+states what it divides by: its rows or positions; for the class-index losses the total weight
+Σ wᵢ of the positions they count, after class weights, ``ignore_index`` and masks; a masked
+MSELoss its valid positions), else ``mask.sum()`` when step_fn returns a mask, else the
 batch's ``weight`` attribute (``minibatches`` sets it: sequences, or valid steps, padding left
-out), else the positions of the predictions (all axes but the last), else the rows of the
-batch's first item (of a tuple or list; the first value of a dict; the rows of a slice), and 1
-for a batch whose size cannot be read (such batches count equally).
+out), else the positions of the predictions (all axes but the last; a Loss's own prediction
+when step_fn returns none), else the rows of the batch's first item (of a tuple or list; the
+first value of a dict; the rows of a slice), and 1 for a batch whose size cannot be read (such
+batches count equally).
 
 The epochs train in the current train mode: ``train_mode`` unless fit is called inside
 ``eval_mode()`` (then Dropout is off and BatchNorm uses its running statistics while training).
@@ -58,6 +61,7 @@ from ..core import NetVar
 from ..distributed import DataParallel
 from ..modes import eval_mode, no_grad
 from .hooks import History, Hook, PlotHistory, ProgressBar, SaveBest  # noqa: F401  (Hook too)
+from ..ops.loss import Loss
 from .metrics import MeanLoss
 
 _CALLBACKS = ("on_fit_start", "on_epoch_start", "on_before_step", "on_batch_end",
@@ -235,6 +239,7 @@ class Trainer:
         self._call("on_epoch_start")
         started = time.perf_counter()
         loss_metric = MeanLoss()
+        samples = 0                     # rows (or valid positions), whatever the loss weighs
         records = []                    # (loss, weight) of each step, for DataParallel
         for metric in self.metrics.values():
             metric.reset()
@@ -243,6 +248,7 @@ class Trainer:
         while (batch := self._next_batch(batches)) is not _END:
             loss, predictions, targets, mask = _unpack(self.step_fn(batch), self.metrics)
             size = self.batch_weight = _positions(batch, loss, predictions, mask)
+            samples += _positions(batch, loss, predictions, mask, weighed=False)
             value = loss.item()
             _update_metrics(self.metrics, predictions, targets, mask)
             # Each step starts from zero gradients, as zero_grad() in a PyTorch loop: a
@@ -271,12 +277,14 @@ class Trainer:
         if self.batch == 0:
             raise ValueError(f"Trainer.fit: train_batches gave no batches in epoch {self.epoch}; "
                              "pass a list or a function returning a fresh iterable")
-        if self.parallel is not None:
-            self.parallel.sum_epoch(loss_metric, records, self.metrics.values())
-            self.parallel.average_buffers(sum(n for _, n in records), loss_metric.count)
+        if self.parallel is not None:          # (buffers weighed by rows, not loss weights)
+            everyone, = self.parallel.sum_epoch(loss_metric, records, self.metrics.values(),
+                                                samples)
+            self.parallel.average_buffers(samples, everyone)
+            samples = everyone
         return {"epoch": self.epoch, "loss": loss_metric.value,
                 **{name: metric.value for name, metric in self.metrics.items()},
-                "lr": rate, "samples": loss_metric.count,
+                "lr": rate, "samples": samples,
                 "time": time.perf_counter() - started}
 
     def evaluate(self, batches):
@@ -400,16 +408,20 @@ def _describe(result):
     return type(result).__name__
 
 
-def _positions(batch, loss, predictions, mask):
-    """The weight of a batch in the epoch's mean loss."""
-    denominator = getattr(loss, "denominator", None)
+def _positions(batch, loss, predictions, mask, weighed=True):
+    """The weight of a batch in the epoch's mean loss (``weighed=False``: its samples, the rows
+    or valid positions, whatever weights the loss gives them)."""
+    denominator = getattr(loss, "denominator", None) if isinstance(loss, Loss) and weighed \
+        else None
     if denominator is not None:               # what the loss itself divided by (Σ wᵢ)
         return float(backend.to_cpu(denominator))
     if mask is not None:
         return float(backend.to_cpu((mask._data if isinstance(mask, NetVar) else mask).sum()))
     if getattr(batch, "weight", None) is not None:        # minibatches' batches carry theirs
         return batch.weight
-    if predictions is not None:
+    if predictions is None and isinstance(loss, Loss) and loss._parents:
+        predictions = loss._parents[0]        # the loss's own prediction: its rows are real
+    if predictions is not None:               # (a slice past the data's end selects fewer)
         shape = predictions.shape
         return math.prod(shape[:-1]) if len(shape) >= 2 else math.prod(shape)
     first = batch

@@ -44,7 +44,7 @@ class CELoss(Loss):
         _check_range("CELoss", "target", t._data, 0, 1, " (targets are probabilities)")
         xp = backend.array_module(pd)
         self.pc = xp.maximum(wide(pd), self.eps)     # float16: ε in float32 (0 in float16)
-        self.B = pd.size // pd.shape[-1] if pd.ndim else 1
+        self.B = self.denominator = pd.size // pd.shape[-1] if pd.ndim else 1
         value = -(t._data * xp.log(self.pc)).sum() / self.B
         super().__init__(_scalar(value, xp).astype(pd.dtype, copy=False), p, t)
 
@@ -281,7 +281,7 @@ class SigmoidCELoss(Loss):
         loss = xp.maximum(zd, 0) - zd * t._data + xp.log1p(xp.exp(-xp.abs(zd)))
         if self.w is not None:
             loss = loss * self.w
-        self.N = zd.size
+        self.N = self.denominator = zd.size
         super().__init__(_scalar(loss.sum() / self.N, xp), z, t)
 
     def _back(self, z, t):
@@ -406,7 +406,8 @@ class KLDivLoss(Loss):
             self.logp, self.prob = xp.where(positive, xp.log(xp.where(positive, pd, 1)), 0), pd
             terms = xp.where(positive, pd * (self.logp - x._data), 0)
         shape = x._data.shape
-        self.D = {"batchmean": shape[0] if shape else 1, "mean": x._data.size, "sum": 1}[reduction]
+        self.D = self.denominator = {"batchmean": shape[0] if shape else 1,
+                                     "mean": x._data.size, "sum": 1}[reduction]
         super().__init__(_scalar(terms.sum() / self.D, xp), x, p)
 
     def _back(self, x, p):

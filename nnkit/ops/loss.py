@@ -23,9 +23,9 @@ class Loss(NetOp):
     """Base class of the losses: marks the extra arguments as targets, not parameters.
 
     ``FFN.vars`` never lists the arguments of a Loss entry. A loss that is a weighted mean may
-    set ``denominator``, the total weight it divides by (Σ wᵢ of the class-index losses, the
-    valid positions of a masked MSELoss): the Trainer weighs the batch by it in the epoch's
-    mean and across ranks.
+    set ``denominator``, the total weight it divides by (B rows, Σ wᵢ of the class-index
+    losses, the valid positions of a masked MSELoss): the Trainer weighs the batch by it in
+    the epoch's mean and across ranks, in ``evaluate`` too (no_grad() records no parents).
     """
     __slots__ = ("denominator",)
 
@@ -98,7 +98,7 @@ class L1Loss(Loss):
         p, t = _pair("L1Loss", p, t)
         xp = backend.array_module(p._data)
         self.r = p._data - t._data
-        self.B = _rows(p._data.shape)
+        self.B = self.denominator = _rows(p._data.shape)
         super().__init__(_scalar(xp.abs(self.r).sum() / self.B, xp), p, t)
 
     def _back(self, p, t):
@@ -124,7 +124,7 @@ class L2Loss(Loss):
         p, t = _pair("L2Loss", p, t)
         xp = backend.array_module(p._data)
         self.r = p._data - t._data
-        self.B = _rows(p._data.shape)
+        self.B = self.denominator = _rows(p._data.shape)
         super().__init__(_scalar((self.r * self.r).sum() / (2 * self.B), xp), p, t)
 
     def _back(self, p, t):
@@ -152,7 +152,7 @@ class HuberLoss(Loss):
         xp = backend.array_module(p._data)
         self.d = d
         self.r = p._data - t._data
-        self.B = _rows(p._data.shape)
+        self.B = self.denominator = _rows(p._data.shape)
         a = xp.abs(self.r)
         value = xp.where(a <= d, 0.5 * self.r * self.r, d * (a - 0.5 * d)).sum() / self.B
         super().__init__(_scalar(value, xp), p, t)
@@ -265,8 +265,8 @@ class MSELoss(Loss):
     features) or p's own shape; ``lengths`` (B,) builds the (T, B) mask of a time-major batch.
     A mask in another layout ((B, T) for (T, B, F) data) or with values other than 0/1 is
     refused, and so are lengths outside [0, T]. When the mask keeps nothing, the mean is the
-    NaN of 0/0, as in PyTorch, and the gradient 0. With a mask, ``denominator`` is the number
-    of valid positions (the Trainer weighs the batch by it).
+    NaN of 0/0, as in PyTorch, and the gradient 0. ``denominator`` is the number of (valid)
+    positions, N over the features (the Trainer weighs the batch by it).
     """
     __slots__ = ("r", "n", "m")
 
@@ -275,7 +275,7 @@ class MSELoss(Loss):
         xp = backend.array_module(p._data)
         r = p._data - t._data
         self.m = None
-        self.denominator = None     # the Trainer weighs an unmasked batch by its rows
+        self.denominator = _rows(p._data.shape)     # positions, each of its features
         if mask is None and lengths is None:
             n = r.size
         else:

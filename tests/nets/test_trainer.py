@@ -544,3 +544,42 @@ def test_an_mse_batch_counts_its_rows_as_samples():
                          nn.GD(model.vars, lr=0.0, momentum=0.0))
     trainer.fit([(X, Y)], epochs=1)
     assert trainer.history["samples"] == [32.0]
+
+
+def test_slice_batches_past_the_data_are_weighed_by_the_rows_the_loss_saw():
+    # slice(20, 30) of 25 rows counted 10 rows, slice(20, None) 1: the epoch value was off;
+    # a loss's own prediction tells its rows
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((25, 3)), rng.standard_normal((25, 1))
+    V = nn.NetVar(np.ones((3, 1)))
+
+    def step(rows):
+        return nn.MSELoss(nn.NetVar(X[rows], requires_grad=False) @ V, Y[rows])
+
+    whole = nn.MSELoss(nn.NetVar(X, requires_grad=False) @ V, Y).item()
+    for batches in ([slice(i, i + 10) for i in range(0, 25, 10)],
+                    [slice(0, 10), slice(10, 20), slice(20, None)]):
+        trainer = nn.Trainer(step, nn.GD([V], lr=0.0, momentum=0.0))
+        assert trainer.evaluate(batches)["loss"] == pytest.approx(whole)
+        trainer.fit(batches, epochs=1)
+        assert trainer.history["samples"] == [25]
+
+
+def test_samples_count_rows_whatever_the_loss_weighs_and_any_op_may_be_the_loss():
+    # class weights of 0.1 made 40 rows count as 4 samples; CosineSimilarity's own
+    # `denominator` array was read as the batch weight (fit failed inside NumPy)
+    rng = np.random.default_rng(0)
+    X, labels = rng.standard_normal((40, 3)), rng.integers(0, 2, 40)
+    model = nn.layers.Linear(3, 2, seed=0)
+
+    def weighted(batch):
+        z = model(batch[0])
+        return nn.SoftmaxCELoss(z, batch[1], weight=np.array([0.1, 0.1])), z, batch[1]
+
+    trainer = nn.Trainer(weighted, nn.GD(model.vars, lr=0.0, momentum=0.0))
+    trainer.fit([(X, labels)], epochs=1)
+    assert trainer.history["samples"] == [40]
+    cosine = nn.Trainer(lambda batch: 1 - nn.CosineSimilarity(model(batch[0]), model(batch[0] * 2))
+                        .reshape(1, -1)[:, :1], nn.GD(model.vars, lr=0.1))
+    cosine.fit([(X[:1], labels[:1])], epochs=1)
+    assert len(cosine.history["loss"]) == 1

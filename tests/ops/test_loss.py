@@ -250,4 +250,4 @@ def test_a_masked_mse_states_its_valid_positions():
     # element (a mask in the loss alone made it weigh padding as well); unmasked, the rows
     p = nn.NetVar(np.ones((3, 2, 2)))
     assert float(nn.MSELoss(p, np.zeros((3, 2, 2)), lengths=np.array([3, 1])).denominator) == 4
-    assert nn.MSELoss(p, np.zeros((3, 2, 2))).denominator is None
+    assert nn.MSELoss(p, np.zeros((3, 2, 2))).denominator == 6
