@@ -356,6 +356,25 @@ def train_batchnorm_uneven(parallel):
     return stats.running_mean
 
 
+def train_batchnorm_ignored(parallel):
+    """As ``train_batchnorm_uneven``, with a loss whose weights are not the rows (most targets
+    ignored): the running mean is still the batch's mean, rows weighing the ranks."""
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((7, 3))
+    labels = np.array([0, -1, -1, 1, -1, 2, 1])
+    stats = nn.BatchNormState(3, momentum=1.0)
+    net = nn.FFN((nn.BatchNorm, nn.NetVar(np.ones(3)), None, stats))
+
+    def step(batch):
+        x, t = batch
+        return nn.SoftmaxCELoss(net(nn.NetVar(x, requires_grad=False)), t, ignore_index=-1)
+
+    hooks = [dist.DataParallel(net)] if parallel else []
+    nn.Trainer(step, nn.GD(net.vars, lr=0.0), hooks=hooks).fit(
+        [(dist.shard(X), dist.shard(labels)) if parallel else (X, labels)])
+    return stats.running_mean
+
+
 def collectives(folder):
     """The functions one by one, and the refusals that every rank must make alike."""
     r, n = dist.rank(), dist.size()
@@ -463,6 +482,7 @@ def collectives(folder):
     # BatchNorm's running statistics averaged over the ranks at the epoch's end
     arrays["running_mean"] = train_batchnorm(True)
     arrays["running_mean_uneven"] = train_batchnorm_uneven(True)
+    arrays["running_mean_ignored"] = train_batchnorm_ignored(True)
 
     # SaveBest(restore=True) restores on rank 0 alone; the others take rank 0's values
     saver = nn.SaveBest(pathlib.Path(folder) / "restored.npz", "loss", mode="max", restore=True)

@@ -430,6 +430,10 @@ def test_batchnorm_statistics_are_weighed_by_each_ranks_rows(collectives):
     alone_mean = scenarios.train_batchnorm_uneven(False)
     for arrays, _ in collectives[0]:
         np.testing.assert_allclose(arrays["running_mean_uneven"], alone_mean, rtol=1e-10)
+    # weighed by the loss's weights (the targets not ignored) they were off
+    alone_mean = scenarios.train_batchnorm_ignored(False)
+    for arrays, _ in collectives[0]:
+        np.testing.assert_allclose(arrays["running_mean_ignored"], alone_mean, rtol=1e-10)
 
 
 @needs_mpi
