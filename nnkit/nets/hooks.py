@@ -186,6 +186,8 @@ class SaveBest(Hook):
     parameters back at the end of fit (and the buffers, such as BatchNorm's running
     statistics, when ``model`` is given: the optimizer's parameters hold none).
 
+    The best value carries over from one fit to the next, as the file does (``restore`` then
+    loads the best of every fit so far): for a fit on other data, give a new SaveBest.
     A model that cannot be saved is refused here, when the hook is built (TypeError naming what
     was given and where); with ``optimizer=True``, a model that does not hold every parameter
     the optimizer updates is refused when fit starts, and so is, without ``model``, an
@@ -257,13 +259,15 @@ class StopOnNaN(Hook):
     """Stop before an update that would spread a NaN or Inf into the parameters.
 
     Checks, after ``back()`` and before ``step()``, the loss, then each parameter's value and
-    gradient in the optimizer's order; the message names the first non-finite one.
+    gradient in the optimizer's order; the message names the first non-finite one. A batch
+    that counts for nothing (``trainer.batch_weight`` 0: every target ignored, on this rank
+    under DataParallel) has the loss 0/0 = NaN with a zero gradient: its loss is not checked.
     """
 
     def on_before_step(self, trainer, loss):
         where = f"at epoch {trainer.epoch}, batch {trainer.batch + 1}"
         value = loss.item()
-        if not math.isfinite(value):
+        if not math.isfinite(value) and trainer.batch_weight != 0:
             trainer.stop(f"StopOnNaN: the loss is {value} {where}; parameters not updated")
             return
         for position, p in enumerate(trainer.params):

@@ -107,6 +107,13 @@ class Accuracy(Metric):
                 raise ValueError(f"Accuracy: predictions of shape {p.shape} hold one score per "
                                  f"position for targets of shape {t.shape}; give C >= 2 class "
                                  "scores, or class indices (e.g. predictions > 0.5)")
+            outside = (t < 0) | (t >= p.shape[-1])
+            if mask is not None:
+                outside &= numpy.broadcast_to(_host(mask, "mask", "Accuracy") != 0, t.shape)
+            if outside.any():       # an ignore_index (-1, -100) counted as a wrong prediction
+                raise ValueError(f"Accuracy: target class {t[outside].reshape(-1)[0].item()!r} is "
+                                 f"outside the {p.shape[-1]} classes of the predictions; leave "
+                                 "such positions (an ignore_index) out with mask=")
             p = p.argmax(axis=-1)
         elif p.shape != t.shape:
             raise ValueError(f"Accuracy: predictions of shape {p.shape} do not match "

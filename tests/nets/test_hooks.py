@@ -284,3 +284,22 @@ def test_save_best_of_the_optimizers_parameters_refuses_a_frozen_one_before_trai
     params[0].requires_grad = True
     _assert_unchanged(before, params, optimizer)
     assert trainer.epoch == 0 and list(tmp_path.iterdir()) == []
+
+
+def test_stop_on_nan_lets_a_batch_that_counts_for_nothing_through():
+    # every target ignored: the loss is 0/0 = NaN with a zero gradient (as in PyTorch), and
+    # the batch weighs 0; under DataParallel one rank's shard like it stopped every rank
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    model = nn.layers.Linear(3, 3, seed=0)
+
+    def step(batch):
+        z = model(batch[0])
+        return nn.SoftmaxCELoss(z, batch[1], ignore_index=-1)
+
+    trainer = nn.Trainer(step, nn.GD(model.vars, lr=0.1), hooks=[nn.StopOnNaN()])
+    trainer.fit([(x, np.array([0, 1, 2, 0])), (x, np.array([-1, -1, -1, -1]))], epochs=2)
+    assert trainer.stop_reason is None and trainer.epoch == 2
+    nan = nn.Trainer(lambda batch: nn.SoftmaxCELoss(model(batch[0]) * np.nan, batch[1]),
+                     nn.GD(model.vars, lr=0.1), hooks=[nn.StopOnNaN()])
+    nan.fit([(x, np.array([0, 1, 2, 0]))], epochs=1)
+    assert "the loss is nan" in nan.stop_reason

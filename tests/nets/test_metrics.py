@@ -166,3 +166,14 @@ def test_mean_loss_weight(n, error, message):
     with pytest.raises(error, match=f"MeanLoss: {message}"):
         metric.update(5.0, n=n)
     assert metric.value == 1.0 and metric.count == 2
+
+
+def test_accuracy_refuses_a_target_outside_the_classes_unless_masked_out():
+    # an ignore_index of -1 beside SoftmaxCELoss counted as a wrong prediction: 0.5 for 1.0
+    scores = np.array([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0], [0.0, 2.0]])
+    targets = np.array([0, 1, -1, -1])
+    with pytest.raises(ValueError, match=r"Accuracy: target class -1 is outside the 2 classes"):
+        nn.Accuracy().update(scores, targets)
+    metric = nn.Accuracy()
+    metric.update(scores, targets, mask=targets != -1)
+    assert metric.value == 1.0
