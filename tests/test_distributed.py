@@ -533,3 +533,16 @@ def test_a_batch_whose_every_target_is_ignored_trains_as_without_data_parallel(a
     p.g = np.ones((1, 2))
     with pytest.raises(ValueError, match="every rank gave weight 0"):
         dist.allreduce_grads([p], weight=0)
+
+
+def test_data_parallel_refuses_an_empty_validation_set_before_training(alone):
+    # one rank's share may be empty, but every rank's empty trained an epoch, then raised
+    model = nn.layers.Linear(3, 3, seed=0)
+    before = model.W.data.copy()
+    x, labels = np.ones((4, 3)), np.array([0, 1, 2, 0])
+    trainer = nn.Trainer(lambda batch: nn.SoftmaxCELoss(model(batch[0]), batch[1]),
+                         nn.GD(model.vars, lr=0.1), hooks=[dist.DataParallel(model)])
+    with pytest.raises(ValueError, match="Trainer.fit: val holds no batches on any rank"):
+        trainer.fit([(x, labels)], epochs=2, val=[])
+    np.testing.assert_array_equal(model.W.data, before)
+    assert trainer.epoch == 0 and trainer.steps == 0

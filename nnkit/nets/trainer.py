@@ -189,11 +189,15 @@ class Trainer:
         if val is not None:
             _check_batches("Trainer.fit", "val", val, epochs)
         # An empty list is refused before training (it would be after the first epoch); with
-        # DataParallel, one rank's share of a sharded validation set may be empty.
+        # DataParallel, one rank's share of a sharded validation set may be empty, but not
+        # every rank's (the ranks agree on it here).
         for name, batches in (("train_batches", train_batches), ("val", val)):
-            if isinstance(batches, collections.abc.Sized) and len(batches) == 0 and (
-                    name == "train_batches" or self.parallel is None):
-                raise ValueError(f"Trainer.fit: {name} holds no batches")
+            empty = isinstance(batches, collections.abc.Sized) and len(batches) == 0
+            if name == "val" and val is not None and self.parallel is not None:
+                empty = not self.parallel.agree(not empty)[0]
+            if empty and (name == "train_batches" or val is not None):
+                raise ValueError(f"Trainer.fit: {name} holds no batches"
+                                 + (" on any rank" if name == "val" and self.parallel else ""))
         kept = self.stop_reason, self.val, self.epochs
         self.stop_reason = None
         self.val = val
