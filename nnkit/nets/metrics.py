@@ -38,8 +38,11 @@ def _integral(a):
     return a.dtype.kind in "biu" or bool(numpy.all(a == numpy.round(a)))
 
 
-def _one_hot(t):
-    """Whether ``t`` (..., C) reads as one-hot (or probability) rows: in [0, 1], each sums to 1."""
+def _one_hot(t, mask=None):
+    """Whether ``t`` (..., C) reads as one-hot (or probability) rows: in [0, 1], each sums to
+    1; with a ``mask`` over its rows, only the rows it keeps (padding rows may be 0)."""
+    if mask is not None and numpy.ndim(mask) == t.ndim - 1:
+        t = t[numpy.broadcast_to(numpy.asarray(mask) != 0, t.shape[:-1])]
     return t.size == 0 or bool(t.min() >= 0 and t.max() <= 1
                                and numpy.allclose(t.sum(axis=-1), 1))
 
@@ -118,7 +121,8 @@ class Accuracy(Metric):
         elif p.shape != t.shape:
             raise ValueError(f"Accuracy: predictions of shape {p.shape} do not match "
                              f"targets of shape {t.shape}")
-        elif p.dtype.kind not in "biu" and p.ndim >= 2 and p.shape[-1] > 1 and _one_hot(t):
+        elif p.dtype.kind not in "biu" and p.ndim >= 2 and p.shape[-1] > 1 and _one_hot(
+                t, None if mask is None else _host(mask, "mask", "Accuracy")):
             if t.dtype.kind in "biu" and _integral(p):
                 raise ValueError(f"Accuracy: predictions and targets of shape {p.shape} read both "
                                  "as class indices and as scores with one-hot targets; give "

@@ -177,3 +177,11 @@ def test_accuracy_refuses_a_target_outside_the_classes_unless_masked_out():
     metric = nn.Accuracy()
     metric.update(scores, targets, mask=targets != -1)
     assert metric.value == 1.0
+
+
+def test_accuracy_reads_one_hot_targets_whose_masked_padding_rows_are_zero():
+    # the one-hot test looked at every row, the masked-out zero rows too, and refused
+    scores = np.array([[[2.0, 0.0], [0.0, 2.0]], [[2.0, 0.0], [0.0, 1.0]]])
+    targets = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 0.0]]])
+    mask = np.array([[1, 1], [1, 0]])
+    assert nn.Accuracy().update(scores, targets, mask=mask).value == pytest.approx(2 / 3)
