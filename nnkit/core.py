@@ -125,7 +125,7 @@ class NetVar(ArrayLike):
     # op 2-3% faster. _name and _version are set on leaves and on nodes named or edited later,
     # and read with a default; _gshared is set with a gradient and read only when there is one.
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
-                 "_version", "_pversion", "_name", "_fingerprint", "__weakref__")
+                 "_version", "_pversion", "_name", "_fingerprint", "_gread", "__weakref__")
     __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
 
     def __init__(self, data, requires_grad=True, dtype=None, name=None):
@@ -188,9 +188,13 @@ class NetVar(ArrayLike):
         Assigning works as a PyTorch user expects: ``p.g = 0`` (any number) fills it, ``p.g =
         None`` resets it, an array of the node's shape is taken (in the node's dtype); any other
         shape, a non-numeric value or an array on another device is refused at the assignment.
+        The zeros a read makes are kept (``x.g += ...`` and ``x.g[i] = v`` edit them) but are
+        no gradient while they stay zeros: an optimizer skips them, as it skips a node without
+        one (Adam's momentum or AdamW's decay moved a frozen or unused weight after a mere
+        ``print(w.g)``).
         """
         if self._g is None:
-            self._g = backend.array_module(self._data).zeros_like(self._data)
+            self._g = self._gread = backend.array_module(self._data).zeros_like(self._data)
             self._gshared = False
         elif self._gshared:       # maybe another node's gradient: copy before a user edits it
             self._g = _owned_copy(self._g, self._data)

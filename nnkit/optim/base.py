@@ -12,6 +12,13 @@ from ..core import NetVar
 _ndarray = numpy.ndarray
 
 
+def _read_zeros(p):
+    """Whether p's gradient is the zeros that reading ``p.g`` made, untouched since: no
+    gradient, as for a node that has none."""
+    g = p._g
+    return g is getattr(p, "_gread", None) and not bool(backend.array_module(g).any(g))
+
+
 @functools.lru_cache(maxsize=None)
 def _rounds_to_0_below(dtype):
     """A bound under which a positive number may round to 0 in ``dtype`` (none above it)."""
@@ -212,7 +219,7 @@ class Optimizer:
                 self._check_group({key: value for key, value in group.items()
                                    if key != "params"}, index, where)
             for p in group["params"]:
-                if p._g is not None:
+                if p._g is not None and not _read_zeros(p):
                     pending.append((position, p, group))
                 position += 1
         if not pending:

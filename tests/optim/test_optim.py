@@ -638,3 +638,18 @@ def test_an_eps_that_is_0_in_a_parameters_dtype_is_refused_before_any_update(mak
     opt.param_groups[0]["eps"] = 1e-4
     opt.step()
     assert np.isfinite(p.data).all()
+
+
+def test_reading_a_gradient_never_makes_an_optimizer_move_a_weight():
+    # p.g stored zeros on a read, which step() took for a gradient: Adam's momentum moved a
+    # frozen weight, AdamW decayed an unused one
+    used, unused = nn.NetVar(np.ones((1, 2))), nn.NetVar(np.ones((1, 3)))
+    opt = nn.AdamW([used, unused], lr=0.1, weight_decay=0.1)
+    for _ in range(2):
+        (used * used).sum().back()
+        print(unused.g)                       # logging every gradient
+        opt.step()
+    np.testing.assert_array_equal(unused.data, np.ones((1, 3)))
+    unused.g[0, 1] = 5.0                      # an edit through the read array is a gradient
+    opt.step()
+    assert unused.data[0, 1] < 1.0 and unused.data[0, 0] < 1.0     # (AdamW decays it all)
