@@ -314,12 +314,18 @@ class NetVar(ArrayLike):
 
     def __setstate__(self, state):
         """Unpickling: the attributes, and a creation index of this process (the pickled one
-        may belong to a live node here)."""
+        may belong to a live node here). The edit stamps of another process mean nothing
+        here (compared with this one's, an edit went unseen or a fresh graph was refused): an
+        unpickled graph counts as built now, unedited."""
         attributes, slots = state if isinstance(state, tuple) else (state, None)
         for mapping in (attributes, slots):
             for name, value in (mapping or {}).items():
                 setattr(self, name, value)
         self._index = next(_counter)
+        if hasattr(self, "_pversion"):
+            self._pversion = _edits
+        if hasattr(self, "_version"):
+            self._version = 0
 
     # -- the graph
     def detach(self):
@@ -357,7 +363,9 @@ class NetOp(NetVar):
       casts it to the parent's dtype, refuses a ``g`` that cannot be summed back and ignores a
       parent that needs no gradient; ``parent.accumulate_same_shape(g)`` skips the shape and
       dtype tests for a ``g`` that has them by construction (one-input elementwise ops);
-      ``parent.g += ...`` works too, as the article writes it;
+      ``parent.g += ...`` works too, as the article writes it. An op class that defines its own
+      ``accumulate`` gets every consumer's contribution through it (``grad(create_graph=True)``
+      builds gradients from ``_grads`` and calls no ``accumulate``);
     - ``_grads(self, g, *parents)`` (or ``_composite(self, *parents)``) is the same backward
       rule written with ops on nodes, which ``nnkit.grad(..., create_graph=True)`` uses for
       gradients of gradients; an op without either refuses only that;
@@ -380,6 +388,10 @@ class NetOp(NetVar):
         """Each op class gets its own copy of the accumulate methods (see ``own_code``): every
         op's ``_back`` calls them on its parents, nodes of every op class."""
         super().__init_subclass__(**kwargs)
+        if "accumulate" in cls.__dict__ and "accumulate_same_shape" not in cls.__dict__:
+            # a class's own accumulate is its one rule: the same-shape shortcut (one-input
+            # elementwise consumers call it) must not skip it
+            cls.accumulate_same_shape = cls.__dict__["accumulate"]
         for name in ("accumulate", "accumulate_same_shape"):
             if name not in cls.__dict__:
                 setattr(cls, name, own_code(getattr(cls, name), cls))

@@ -49,6 +49,11 @@ def _conform(g, node):
                              f"summed back to {node._describe()}: an op's _back handed its "
                              "input a gradient of the wrong shape") from None
     if g.dtype != node._data.dtype:
+        if g.dtype.kind == "c" and node._data.dtype.kind != "c":
+            raise TypeError(f"back(): a complex gradient reached {node._describe()}, which is "
+                            "real: nnkit computes with complex numbers but does not "
+                            "differentiate through them (its real part would be a wrong "
+                            "gradient); keep complex values out of what you differentiate")
         g = g.astype(node._data.dtype)
     return g
 

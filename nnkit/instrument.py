@@ -32,13 +32,22 @@ class detect_anomaly:
         self._saved = []
 
     def __enter__(self):
-        self._saved.append(list(core._observers))
-        kept = [o for o in core._observers if not isinstance(o, AnomalyChecker)]
-        core._observers[:] = kept + [AnomalyChecker()] if self.enabled else kept
+        # what this block took away and added, undone at its exit whatever other blocks did
+        # meanwhile (threads, generators end blocks out of order: restoring a saved list
+        # left a checker attached for good)
+        removed = [o for o in core._observers if isinstance(o, AnomalyChecker)]
+        added = AnomalyChecker() if self.enabled else None
+        core._observers[:] = [o for o in core._observers if o not in removed] + (
+            [added] if added is not None else [])
+        self._saved.append((removed, added))
         return self
 
     def __exit__(self, *exc):
-        core._observers[:] = self._saved.pop()
+        removed, added = self._saved.pop()
+        if added is not None:
+            added.alive = False         # its block is over: no other block brings it back
+        core._observers[:] = [o for o in core._observers if o is not added] + [
+            o for o in removed if o.alive and o not in core._observers]
         return False
 
 
@@ -46,6 +55,9 @@ class AnomalyChecker:
     """The engine observer of detect_anomaly(): checks each op's value when it is built and
     each gradient it hands its parents, and each input's data against its hash at back()."""
     checks_values = True
+
+    def __init__(self):
+        self.alive = True               # until the block that attached it ends
 
     def forward(self, node, parents):
         check_forward(node, parents)

@@ -719,3 +719,48 @@ def test_the_per_class_accumulate_copies_keep_keyword_defaults_and_pickle():
     (Doubles(x) * 3.0).sum().back()        # Doubles.accumulate is a copy of Base's
     np.testing.assert_array_equal(x.g, [[6.0, 6.0]])
     assert pickle.loads(pickle.dumps(nn.Exp.accumulate)) is nn.Exp.accumulate
+
+
+def test_an_op_classs_own_accumulate_is_used_by_every_consumer_but_create_graph():
+    # one-input elementwise consumers call accumulate_same_shape, which skipped it
+    class Halved(nn.NetOp):
+        def __init__(self, x):
+            super().__init__(x.data * 1.0, x)
+
+        def _back(self, x):
+            x.accumulate(self.g)
+
+        def accumulate(self, g):
+            nn.NetVar.accumulate(self, g * 0.5)
+
+    for consumer in (lambda h: h + 0.0, nn.Tanh, nn.Exp, nn.Neg, nn.Sum):
+        x = nn.NetVar([[0.0, 0.0]])
+        consumer(Halved(x)).sum().back()
+        plain = nn.NetVar([[0.0, 0.0]])
+        consumer(plain * 1.0).sum().back()
+        np.testing.assert_allclose(x.g, plain.g * 0.5)
+
+
+def test_a_complex_gradient_reaching_a_real_node_is_refused():
+    # gradients through complex operands are not conjugated: |x·1j| gave −sign(x)
+    x = nn.NetVar([[1.0, -2.0]])
+    with pytest.raises(TypeError, match="back\\(\\): a complex gradient reached NetVar .* real"):
+        (x * 1j).abs().sum().back()
+
+
+def test_an_unpickled_graph_counts_as_built_in_this_process():
+    # another process's edit stamps compared with this one's: an edit made after loading went
+    # unseen; stamps far ahead of this process's count stand in for that process
+    import pickle
+    w = nn.NetVar([[1.0, 2.0]])
+    y = (w * w).sum()
+    w._version = 10 ** 9
+    for node in (y, y.parents[0]):
+        node._pversion = 10 ** 9 + 1
+    w2, y2 = pickle.loads(pickle.dumps((w, y)))
+    w2.data = np.array([[10.0, 20.0]])
+    with pytest.raises(nn.InplaceEditError):
+        y2.back()
+    w3, y3 = pickle.loads(pickle.dumps((w, y)))
+    y3.back()
+    np.testing.assert_array_equal(w3.g, [[2.0, 4.0]])

@@ -170,3 +170,25 @@ def test_mode_decorators_cover_coroutines_and_bare_use():
     assert bare() is False and (w * 2).requires_grad is True
     with pytest.raises(TypeError, match="train_mode: enabled must be True or False, got str"):
         nn.train_mode("False")
+
+
+def test_detect_anomaly_blocks_ended_out_of_order_leave_no_checker_attached():
+    # each block restored the observers it saw at its start: ended out of order (generators,
+    # threads), a checker stayed attached for good and raised outside any block
+    from nnkit import core
+
+    def holding():
+        with nn.detect_anomaly():
+            yield
+
+    first, second = holding(), holding()
+    next(first)
+    next(second)
+    for steps in (first, second):
+        next(steps, None)
+    assert core._observers == [] and not core.anomaly_mode()
+    with nn.detect_anomaly():
+        with nn.detect_anomaly(False):
+            assert not core.anomaly_mode()
+        assert core.anomaly_mode()
+    assert core._observers == []
