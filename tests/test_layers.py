@@ -584,3 +584,29 @@ def test_a_recurrent_layers_state_of_lists_is_refused_naming_what_it_holds():
         nn.layers.LSTM(3, 2)(x, state=([[0.0, 0.0]], [[0.0, 0.0]]))
     with pytest.raises(TypeError, match=r"layers.GRU: .*; got a list of list"):
         nn.layers.GRU(3, 2)(x, state=[[0.0, 0.0]])
+
+
+def test_sequential_names_the_entry_that_failed_and_refuses_a_non_node_result():
+    # a function returning an array passed it on as a constant (the layers before it never
+    # trained); errors did not say which entry raised them
+    model = nn.layers.Sequential(nn.layers.Linear(3, 2, seed=0), lambda v: np.tanh(v.data))
+    with pytest.raises(TypeError, match="layers.Sequential: entry 1 returned a ndarray, not a "
+                                        "node"):
+        model(np.ones((4, 3)))
+    with pytest.raises(TypeError, match=r"layers.Sequential: entry 1 \(Add\): "):
+        nn.layers.Sequential(nn.layers.Linear(3, 2, seed=0), nn.Add)(np.ones((4, 3)))
+
+
+def test_moving_an_ffn_reaches_weights_in_dicts_and_namedtuples(monkeypatch):
+    # the move looked into lists and tuples only: dict members stayed behind, and a
+    # namedtuple failed in its constructor
+    import collections
+    moved = []
+    monkeypatch.setattr(nn.NetVar, "to_gpu", lambda node, device=None: moved.append(node) or node)
+    Pair = collections.namedtuple("Pair", "w b")
+    w, b, v = nn.NetVar(np.ones((2, 2))), nn.NetVar(np.ones((1, 2))), nn.NetVar(np.ones((2, 2)))
+    net = nn.FFN((lambda x, p: x @ p["w"] + p["b"], {"w": w, "b": b}),
+                 (lambda x, p: x @ p.w, Pair(v, None)))
+    net.to_gpu()
+    assert {id(n) for n in moved} == {id(w), id(b), id(v)}
+    assert isinstance(net.topology[1][1], Pair) and isinstance(net.topology[0][1], dict)

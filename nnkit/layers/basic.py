@@ -212,6 +212,8 @@ class Sequential(Module):
     ``len(model)``, ``model[i]`` (``model[1:]`` is a Sequential of those entries, sharing
     them) and ``for entry in model`` see the entries. An entry that is not callable, or a class
     that is not an op (``nn.layers.Linear`` unbuilt), is refused with TypeError naming its place.
+    A Module used inside a function entry (a residual ``lambda v: v + block(v)``) is not an
+    entry: its parameters are not listed, trained or saved; write a Module holding it instead.
     """
 
     def __init__(self, *entries):
@@ -222,9 +224,19 @@ class Sequential(Module):
         self.layers = list(entries)
 
     def forward(self, x):
-        """Each entry applied in turn, starting from x; the last result."""
-        for entry in self.layers:
-            x = entry(x)
+        """Each entry applied in turn, starting from x; the last result. An error names the
+        entry that raised it; an entry that returns anything but a node is refused (an array
+        would pass on as a constant, cutting the gradient of every entry before it)."""
+        for position, entry in enumerate(self.layers):
+            try:
+                x = entry(x)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"layers.Sequential: entry {position} "
+                                  f"({getattr(entry, '__name__', type(entry).__name__)}): "
+                                  f"{error}") from None
+            if not isinstance(x, NetVar):
+                raise TypeError(f"layers.Sequential: entry {position} returned a "
+                                f"{type(x).__name__}, not a node (a NetVar)")
         return x
 
     def __len__(self):

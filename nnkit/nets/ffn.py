@@ -113,6 +113,10 @@ class FFN(Module):
                 value.running_mean = move_array(value.running_mean)
                 value.running_var = move_array(value.running_var)
                 return value
+            if isinstance(value, dict):             # what vars and state() look into
+                return type(value)((key, moved(item)) for key, item in value.items())
+            if isinstance(value, tuple) and hasattr(value, "_fields"):     # a namedtuple
+                return type(value)(*(moved(item) for item in value))
             if isinstance(value, (tuple, list)):
                 return type(value)(moved(item) for item in value)
             if isinstance(value, numpy.ndarray) or hasattr(value, "__cuda_array_interface__"):
