@@ -537,6 +537,27 @@ def uneven_batches(folder):
         _write(folder, "uneven_batches", {}, {"error": str(error)})
 
 
+def unlike_fits(folder):
+    """Rank 1 asks fit for one epoch more (then a validation set rank 0 does not give): every
+    rank raises, naming it, instead of failing inside MPI."""
+    model = mlp(0)
+    batches = list(mlp_data()[0])
+
+    def step(batch):
+        x, y = batch
+        return nn.SoftmaxCELoss(model(nn.NetVar(x, requires_grad=False)), y)
+
+    errors = {}
+    for name, (epochs, val) in {"epochs": (1 + dist.rank(), None),
+                                "val": (1, batches[:1] if dist.rank() == 1 else None)}.items():
+        trainer = nn.Trainer(step, nn.GD(model.vars), hooks=[dist.DataParallel(model)])
+        try:
+            trainer.fit(batches, epochs=epochs, val=val)
+        except ValueError as error:
+            errors[name] = str(error)
+    _write(folder, "unlike_fits", {}, errors)
+
+
 def gpu_equality(folder):
     """The MLP of ``equality`` with model and data on the GPU (the gradients reduced through
     host buffers, or directly with NNKIT_MPI_CUDA_AWARE=1)."""
@@ -555,7 +576,7 @@ def early_failure(folder):
 
 
 SCENARIOS = {f.__name__: f for f in (equality, resume, collectives, failing_rank,
-                                     uneven_batches, gpu_equality, early_failure)}
+                                     uneven_batches, unlike_fits, gpu_equality, early_failure)}
 
 
 if __name__ == "__main__":

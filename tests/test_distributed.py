@@ -546,3 +546,14 @@ def test_data_parallel_refuses_an_empty_validation_set_before_training(alone):
         trainer.fit([(x, labels)], epochs=2, val=[])
     np.testing.assert_array_equal(model.W.data, before)
     assert trainer.epoch == 0 and trainer.steps == 0
+
+
+@needs_mpi
+def test_ranks_that_call_fit_unlike_all_raise_naming_it(tmp_path_factory):
+    # another number of epochs, or val on one rank only, failed inside MPI (a truncated
+    # message), or left a rank waiting
+    status, output, folder = _launch(tmp_path_factory, 2, "unlike_fits")
+    assert status == 0, output[-3000:]
+    for _, errors in scenarios.results(folder, "unlike_fits", 2):
+        for name in ("epochs", "val"):
+            assert "DataParallel: the ranks called fit differently" in errors[name]

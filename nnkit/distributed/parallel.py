@@ -16,7 +16,10 @@ class DataParallel:
     None: the optimizer's parameters only. ``average``: True (default) gives each step the
     gradient of the mean loss over the whole batch, each rank's gradient weighted by its
     batch's rows or valid positions (``trainer.batch_weight``, see the package docstring);
-    False sums the gradients, for a loss each rank divides by the global batch size.
+    False sums the gradients, for a loss each rank divides by the global batch size (or a
+    summed loss); its epoch values pair the ranks' batches by position, so give every rank
+    shards of the same validation batches. Every rank calls ``fit`` alike (the same epochs,
+    ``val`` given or not): ranks that do not raise ValueError together.
 
     The Trainer knows this hook and calls it at fixed places, wherever it is in ``hooks``:
 
@@ -54,6 +57,18 @@ class DataParallel:
 
     def _targets(self, trainer):
         return trainer.params if self.model is None else [self.model, trainer.params]
+
+    def same_fit(self, epochs, validated):
+        """Every rank must call fit alike (the epoch to reach, validation or not): else each
+        rank would wait in another collective. ValueError on every rank when they differ."""
+        comm = _communicator()
+        if comm.Get_size() == 1:
+            return
+        everyone = comm.allgather((int(epochs), bool(validated)))
+        if len(set(everyone)) > 1:
+            raise ValueError("DataParallel: the ranks called fit differently (the epoch to "
+                             f"reach and whether val was given, by rank: {everyone}); every "
+                             "rank must call fit with the same epochs and val given alike")
 
     def on_fit_start(self, trainer):
         """Check the metrics and the ranks' parameters; take rank 0's values."""

@@ -188,6 +188,8 @@ class Trainer:
         _check_batches("Trainer.fit", "train_batches", train_batches, epochs)
         if val is not None:
             _check_batches("Trainer.fit", "val", val, epochs)
+        if self.parallel is not None:           # before any other collective of the fit
+            self.parallel.same_fit(self.epoch + epochs, val is not None)
         # An empty list is refused before training (it would be after the first epoch); with
         # DataParallel, one rank's share of a sharded validation set may be empty, but not
         # every rank's (the ranks agree on it here).
