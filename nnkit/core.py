@@ -287,6 +287,9 @@ class NetVar(ArrayLike):
             if seed is g or seed is getattr(g, "_data", None):
                 seed = seed.copy()      # the caller's array: the gradients must not follow it
         nodes = _reverse_topological(self)
+        _check_edits(nodes)             # refused before any gradient changes
+        for node in nodes:              # op nodes start from zero (leaves accumulate)
+            node._g = None
         self.accumulate(seed)
         return _propagate(nodes, trace)
 
@@ -513,13 +516,7 @@ def _propagate(nodes, trace=False):
     if trace:
         recorder = _recorder()
         observers = observers + [recorder]
-    stamp = _edits
-    # An edit since the oldest op was built (nodes run newest first): check every node before
-    # any gradient changes, so that a refused pass leaves every leaf's .g as it was.
-    if nodes and nodes[-1]._pversion < stamp:
-        for node in nodes:
-            if node._pversion < stamp:
-                _check_versions(node)
+    _check_edits(nodes)
     for node in nodes:
         if node._g is not None:
             if observers:
@@ -542,19 +539,25 @@ def _propagate(nodes, trace=False):
     return recorder.trace() if trace else None
 
 
-def _reverse_topological(root):
-    """The op nodes reachable from ``root`` (itself included), children before parents.
+def _check_edits(nodes):
+    """Refuse a pass through an op whose input (or output) was edited after it was built
+    (``InplaceEditError``), checking every node before any gradient changes. Only when an edit
+    happened since the oldest op was built (nodes run newest first) is there anything to see."""
+    stamp = _edits
+    if nodes and nodes[-1]._pversion < stamp:
+        for node in nodes:
+            if node._pversion < stamp:
+                _check_versions(node)
 
-    Each node's gradient is forgotten as it is collected (back() recomputes op-node
-    gradients), which saves a second pass over the graph.
-    """
+
+def _reverse_topological(root):
+    """The op nodes reachable from ``root`` (itself included), children before parents."""
     if not root._parents:
         return []
     seen = {root}
     nodes = [root]
     visit, collect = seen.add, nodes.append       # bound once: a hot loop
     for node in nodes:            # the list grows as the loop reads it: each node once
-        node._g = None
         for parent in node._parents:
             if parent._parents and parent not in seen:
                 visit(parent)

@@ -89,11 +89,14 @@ def test_optimizer_step_after_back_is_allowed_and_a_stale_graph_is_refused(optim
 def test_a_refused_back_changes_no_gradient():
     w, x, h, loss = _graph()
     loss.back()
-    g = w.g.copy()
+    g, hg, lg = w.g.copy(), h.g.copy(), loss.g.copy()
     w.mark_edited()
     with pytest.raises(nn.InplaceEditError):
         loss.back()
     np.testing.assert_array_equal(w.g, g)     # the leaf gradient was not touched
+    # nor the op nodes' (they were cleared, and the root seeded, before the check)
+    np.testing.assert_array_equal(h.g, hg)
+    np.testing.assert_array_equal(loss.g, lg)
 
 
 # ----------------------------------------------------------------------------- item assignment
