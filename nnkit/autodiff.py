@@ -15,7 +15,8 @@ An op supports ``create_graph=True`` in one of two ways (docs/contributing.md):
   op, a loss); its gradients are then those of that composite.
 """
 from . import backend
-from .core import NO_GRAD_CAUSES, NetVar, _check_versions, _creation_index, _propagate, constant
+from .core import (NO_GRAD_CAUSES, NetVar, _check_versions, _creation_index, _not_nodes,
+                   _propagate, constant)
 from .gradients import _gradient_from_user, _owned_copy
 from .modes import enable_grad
 from .ops.reduce import Sum
@@ -116,10 +117,14 @@ def _reachable(outputs):
     stack = [y for y in outputs]
     seen = set(stack)
     while stack:
-        for parent in stack.pop()._parents:
-            if parent.requires_grad and parent not in seen:
-                seen.add(parent)
-                stack.append(parent)
+        node = stack.pop()
+        try:
+            for parent in node._parents:
+                if parent.requires_grad and parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+        except AttributeError:      # a parent that is not a node
+            raise _not_nodes(node, node._parents) from None
     return seen
 
 

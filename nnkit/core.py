@@ -405,15 +405,18 @@ class NetOp(NetVar):
         self._data = data
         self._g = None
         self._index = next(_counter)
-        for parent in parents:
-            if parent.requires_grad and (not _grad_off or _state.grad):
-                self.requires_grad = True
-                self._parents = parents
-                self._pversion = _edits
-                break
-        else:
-            self.requires_grad = False
-            self._parents = ()
+        try:
+            for parent in parents:
+                if parent.requires_grad and (not _grad_off or _state.grad):
+                    self.requires_grad = True
+                    self._parents = parents
+                    self._pversion = _edits
+                    break
+            else:
+                self.requires_grad = False
+                self._parents = ()
+        except AttributeError:          # (costs nothing unless raised)
+            raise _not_nodes(self, parents) from None
         if _observers:
             for observer in _observers:
                 observer.forward(self, parents)
@@ -497,6 +500,15 @@ def own_code(function, owner=None):
     return copy
 
 
+def _not_nodes(op, parents):
+    """The TypeError for an op given parents that are not nodes (None for an absent bias, an
+    array): it fails in back() otherwise, naming neither."""
+    position, parent = next((k, p) for k, p in enumerate(parents) if not isinstance(p, NetVar))
+    return TypeError(f"{type(op).__name__}: parent {position} given to super().__init__ is "
+                     f"{type(parent).__name__}, not a node (a NetVar); pass only nodes (leave "
+                     "an absent input out, make an array a NetVar)")
+
+
 def _as_op_array(data):
     if isinstance(data, NetVar):
         return data._data
@@ -557,11 +569,14 @@ def _reverse_topological(root):
     seen = {root}
     nodes = [root]
     visit, collect = seen.add, nodes.append       # bound once: a hot loop
-    for node in nodes:            # the list grows as the loop reads it: each node once
-        for parent in node._parents:
-            if parent._parents and parent not in seen:
-                visit(parent)
-                collect(parent)
+    try:
+        for node in nodes:        # the list grows as the loop reads it: each node once
+            for parent in node._parents:
+                if parent._parents and parent not in seen:
+                    visit(parent)
+                    collect(parent)
+    except AttributeError:      # a parent that is not a node (costs nothing unless raised)
+        raise _not_nodes(node, node._parents) from None
     nodes.sort(key=_creation_index, reverse=True)
     return nodes
 

@@ -4,7 +4,7 @@ The engine (core.py) calls an attached observer for each op it builds and around
 ``_back``; this module attaches one only inside ``detect_anomaly()``.
 """
 from . import backend, core
-from .core import InplaceEditError
+from .core import InplaceEditError, NetVar, _not_nodes
 
 __all__ = ['AnomalyError', 'detect_anomaly']
 
@@ -118,6 +118,8 @@ def _shapes(nodes):
 
 def check_forward(node, parents):
     """Called by NetOp for each op built under detect_anomaly()."""
+    if not all(isinstance(p, NetVar) for p in parents):
+        raise _not_nodes(node, parents)
     if node._parents:
         node._fingerprint = digests(node._parents) + _kept_digest(node)
     if node._data.dtype.kind not in "fc" or not nonfinite(node._data):

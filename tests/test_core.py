@@ -764,3 +764,28 @@ def test_an_unpickled_graph_counts_as_built_in_this_process():
     w3, y3 = pickle.loads(pickle.dumps((w, y)))
     y3.back()
     np.testing.assert_array_equal(w3.g, [[2.0, 4.0]])
+
+
+@pytest.mark.parametrize("bias", [None, np.ones((1, 2))])
+def test_a_user_op_given_a_parent_that_is_not_a_node_is_refused_naming_it(bias):
+    # accepted when built (the parent loop stopped at the first that needs a gradient), it
+    # failed in back() or grad() with an AttributeError naming neither the op nor the input
+    class Affine(nn.NetOp):
+        def __init__(self, x, w, b):
+            super().__init__(x.data @ w.data, x, w, b)
+
+        def _back(self, x, w, b):
+            w.accumulate(x.data.T @ self.g)
+
+    x, w = nn.NetVar([[1.0, 2.0]], requires_grad=False), nn.NetVar(np.eye(2))
+    y = Affine(x, w, bias)
+    message = rf"Affine: parent 2 given to super\(\).__init__ is {type(bias).__name__}, not a node"
+    with pytest.raises(TypeError, match=message):
+        y.back()
+    with pytest.raises(TypeError, match=message):
+        nn.grad(y, [w])
+    with pytest.raises(TypeError, match=message), nn.detect_anomaly():
+        Affine(x, w, bias)
+    with pytest.raises(TypeError, match=message):
+        Affine(nn.NetVar([[1.0, 2.0]], requires_grad=False),
+               nn.NetVar(np.eye(2), requires_grad=False), bias)
