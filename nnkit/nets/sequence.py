@@ -79,6 +79,10 @@ class SequenceModel(Module):
             if len(numpy.shape(data)) != 3:
                 raise ValueError(f"SequenceModel: features must be (T, B, F), time-major, got "
                                  f"shape {numpy.shape(data)}")
+            if numpy.shape(data)[2] != self.W.shape[0]:
+                raise ValueError(f"SequenceModel: features of shape {numpy.shape(data)} have "
+                                 f"F = {numpy.shape(data)[2]}; this model takes F = "
+                                 f"{self.W.shape[0]} (inputs={self.W.shape[0]})")
             return x
         if numpy.ndim(data) != 2:
             raise ValueError(f"SequenceModel: token ids must be (T, B), got shape "

@@ -174,3 +174,11 @@ def test_a_bad_rnn_activation_is_refused_before_any_draw_and_token_lists_are_rea
     lm = nn.SequenceModel(5, 4, 5, embedding=3, seed=0)
     ids = [[1, 2], [3, 4]]
     np.testing.assert_array_equal(lm(ids).data, lm(np.array(ids)).data)
+
+
+def test_features_of_another_size_are_refused_naming_the_model():
+    # the error blamed the recurrent op's weight W, naming neither SequenceModel nor inputs
+    model = nn.SequenceModel(3, 4, 2, cell="rnn", seed=0)
+    with pytest.raises(ValueError, match=r"SequenceModel: features of shape \(5, 2, 4\) have "
+                                         r"F = 4; this model takes F = 3 \(inputs=3\)"):
+        model(np.ones((5, 2, 4)))
