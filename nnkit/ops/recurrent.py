@@ -260,11 +260,21 @@ class _Recurrent(NetOp):
         ref = self._final_refs[which]
         node = ref() if ref is not None else None
         # A node built under no_grad() is a constant: not the one to hand out once grad mode
-        # is back on (its gradient would be dropped).
-        if node is None or (self.requires_grad and not node._parents):
+        # is back on (its gradient would be dropped); nor is another op's (a copy's original).
+        if node is None or (self.requires_grad and not node._parents) or (
+                node._parents and node._parents[0] is not self):
             node = RecurrentState(self, which)
             self._final_refs[which] = weakref.ref(node)
         return node
+
+    def __getstate__(self):
+        """Copies and pickles leave the final-state nodes behind (weak references, which
+        pickle cannot store, to the original's nodes): a copy makes its own."""
+        state = super().__getstate__()
+        attributes, slots = state if isinstance(state, tuple) else (state, None)
+        if slots and "_final_refs" in slots:
+            slots = {**slots, "_final_refs": [None] * len(slots["_final_refs"])}
+        return attributes, slots
 
     @property
     def final(self):

@@ -379,3 +379,21 @@ def test_a_pass_refused_midway_leaves_no_final_state_gradient_behind(kind, first
         nn.grad(loss, [W]) if first == "grad" else loss.back()
     got, = nn.grad(op.sum(), [W])             # the outputs alone: nothing of final's share
     np.testing.assert_allclose(got, expected, rtol=1e-13)
+
+
+def test_a_copied_recurrent_node_hands_out_its_own_final_states():
+    # copies kept weak references to the original's final-state nodes: the gradient of
+    # deepcopy(op).final went to the original's weights, and pickle failed after .final
+    import copy
+    import pickle
+    rng = np.random.default_rng(0)
+    x = nn.NetVar(rng.standard_normal((3, 2, 4)), requires_grad=False)
+    W, R, b = (nn.NetVar(rng.standard_normal(s)) for s in ((4, 5), (5, 5), (5,)))
+    op = nn.RNN(x, W, R, b)
+    original = op.final
+    twin = copy.deepcopy(op)
+    assert twin.final is not original and twin.final.parents[0] is twin
+    twin.final.sum().back()
+    assert W._g is None and np.any(twin.parents[1].g)
+    restored = pickle.loads(pickle.dumps(op))
+    np.testing.assert_array_equal(restored.final.data, original.data)
