@@ -49,6 +49,10 @@ def _conform(g, node):
                              f"summed back to {node._describe()}: an op's _back handed its "
                              "input a gradient of the wrong shape") from None
     if g.dtype != node._data.dtype:
+        if node._data.dtype.kind not in "fc":
+            raise TypeError(f"back(): a gradient reached {node._describe()}, which holds "
+                            f"{node._data.dtype} data: integers and booleans have no gradient "
+                            "(its requires_grad was set by hand?); give the node a float dtype")
         if g.dtype.kind == "c" and node._data.dtype.kind != "c":
             raise TypeError(f"back(): a complex gradient reached {node._describe()}, which is "
                             "real: nnkit computes with complex numbers but does not "

@@ -789,3 +789,11 @@ def test_a_user_op_given_a_parent_that_is_not_a_node_is_refused_naming_it(bias):
     with pytest.raises(TypeError, match=message):
         Affine(nn.NetVar([[1.0, 2.0]], requires_grad=False),
                nn.NetVar(np.eye(2), requires_grad=False), bias)
+
+
+def test_a_gradient_reaching_an_integer_node_is_refused():
+    # requires_grad set by hand on integer data: the gradient was cast to int (0 for 0.5)
+    a = nn.NetVar(np.array([[1, 2]]), dtype=int)
+    a.requires_grad = True
+    with pytest.raises(TypeError, match="back\\(\\): a gradient reached NetVar .* int64 data"):
+        (a * 0.5).sum().back()
