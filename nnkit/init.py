@@ -68,16 +68,23 @@ def _fans(shape):
     return shape[1] * kernel, shape[0] * kernel
 
 
-def _param(values, name=None):
-    return NetVar(values.astype(get_dtype()), name=name)
+def _param(values, name=None, owner="nnkit.init"):
+    """``values`` as a parameter of nnkit's dtype; refused when that dtype cannot hold them (a
+    finite mean or gain that overflows float16 or float32 gave inf weights silently)."""
+    with numpy.errstate(over="ignore"):
+        data = values.astype(get_dtype())
+    if not numpy.isfinite(data).all():
+        raise ValueError(f"{owner}: the values drawn do not fit {data.dtype} (largest "
+                         f"{numpy.abs(values).max():.3g}); give smaller ones or another dtype")
+    return NetVar(data, name=name)
 
 
 def _normal(shape, std, seed, owner, mean=0.0):
-    return _param(backend.as_generator(seed, owner).normal(mean, std, shape))
+    return _param(backend.as_generator(seed, owner).normal(mean, std, shape), owner=owner)
 
 
 def _uniform(shape, limit, seed, owner):
-    return _param(backend.as_generator(seed, owner).uniform(-limit, limit, shape))
+    return _param(backend.as_generator(seed, owner).uniform(-limit, limit, shape), owner=owner)
 
 
 def rand2(*shape, seed=None):
@@ -156,7 +163,7 @@ def orthogonal(*shape, gain=1.0, seed=None):
     q *= numpy.where(numpy.diag(r) < 0, -1.0, 1.0)
     if rows < cols:
         q = q.T
-    return _param(gain * q.reshape(shape))
+    return _param(gain * q.reshape(shape), owner="orthogonal")
 
 
 def identity(*shape, gain=1.0, seed=None):
@@ -168,7 +175,7 @@ def identity(*shape, gain=1.0, seed=None):
     backend.as_generator(seed, "identity")
     if len(shape) != 2:
         raise ValueError(f"identity: needs a 2-D shape, got {shape}")
-    return _param(gain * numpy.eye(*shape))
+    return _param(gain * numpy.eye(*shape), owner="identity")
 
 
 def zeros(*shape, seed=None):
@@ -202,7 +209,7 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     limit = 1 / math.sqrt(hidden)
     W = _uniform((inputs, k * hidden), limit, generator, "recurrent_weights")
     R = _uniform((hidden, k * hidden), limit, generator, "recurrent_weights")
-    b = numpy.zeros((2 if op.two_biases else 1, k * hidden), dtype=get_dtype())
+    b = numpy.zeros((2 if op.two_biases else 1, k * hidden))
     if cell == 'lstm':
         b[0, hidden:2 * hidden] = forget_bias
-    return W, R, NetVar(b)
+    return W, R, _param(b, owner="recurrent_weights")

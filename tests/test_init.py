@@ -157,3 +157,17 @@ def test_nn_seed_takes_only_an_int(value, error, message):
     np.testing.assert_array_equal(nn.glorot(2, 2).data, expected)   # the generator is untouched
     nn.seed(np.int64(3))
     np.testing.assert_array_equal(nn.glorot(2, 2).data, expected)
+
+
+def test_initial_values_that_the_dtype_cannot_hold_are_refused():
+    # finite arguments gave inf weights with only NumPy's overflow warning
+    with pytest.raises(ValueError, match="gaussian: the values drawn do not fit float32"):
+        nn.gaussian(2, 2, mean=1e39)
+    nn.set_dtype(np.float16)
+    try:
+        with pytest.raises(ValueError, match="identity: the values drawn do not fit float16"):
+            nn.identity(2, 2, gain=1e5)
+        with pytest.raises(ValueError, match="recurrent_weights: .* float16"):
+            nn.recurrent_weights("lstm", 2, 3, forget_bias=1e5)
+    finally:
+        nn.set_dtype(np.float32)
