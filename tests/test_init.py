@@ -163,6 +163,7 @@ def test_initial_values_that_the_dtype_cannot_hold_are_refused():
     # finite arguments gave inf weights with only NumPy's overflow warning
     with pytest.raises(ValueError, match="gaussian: the values drawn do not fit float32"):
         nn.gaussian(2, 2, mean=1e39)
+    previous = nn.dtypes.get_dtype()
     nn.set_dtype(np.float16)
     try:
         with pytest.raises(ValueError, match="identity: the values drawn do not fit float16"):
@@ -170,4 +171,4 @@ def test_initial_values_that_the_dtype_cannot_hold_are_refused():
         with pytest.raises(ValueError, match="recurrent_weights: .* float16"):
             nn.recurrent_weights("lstm", 2, 3, forget_bias=1e5)
     finally:
-        nn.set_dtype(np.float32)
+        nn.set_dtype(previous)
