@@ -325,8 +325,12 @@ class Optimizer:
         """A parameter whose data was given another shape (``p.data = ...``) no longer fits
         its state arrays: refused before any update (the update would fail midway)."""
         for position, p, _ in pending:
+            shape = p._data.shape
             for key, value in self.state[position].items():
-                if backend.is_array(value) and value.shape != p._data.shape:
+                # (at every step: a count passes on its type, a NumPy array without is_array)
+                array = type(value) is _ndarray or (type(value) is not int
+                                                    and backend.is_array(value))
+                if array and value.shape != shape:
                     raise ValueError(
                         f"{where}: state '{key}' of parameter {position} ({p._describe()}) has "
                         f"shape {tuple(value.shape)}, the parameter's data now {p.shape}; "
