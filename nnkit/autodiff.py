@@ -15,8 +15,8 @@ An op supports ``create_graph=True`` in one of two ways (docs/contributing.md):
   op, a loss); its gradients are then those of that composite.
 """
 from . import backend
-from .core import (NO_GRAD_CAUSES, NetVar, _check_versions, _creation_index, _not_nodes,
-                   _propagate, constant)
+from .core import (NO_GRAD_CAUSES, NetVar, _check_edits, _check_versions, _creation_index,
+                   _not_nodes, _propagate, constant)
 from .gradients import _gradient_from_user, _owned_copy
 from .modes import enable_grad
 from .ops.reduce import Sum
@@ -123,19 +123,20 @@ def _reachable(outputs):
                 if parent.requires_grad and parent not in seen:
                     seen.add(parent)
                     stack.append(parent)
-        except AttributeError:      # a parent that is not a node
-            raise _not_nodes(node, node._parents) from None
+        except AttributeError as error:     # a parent that is not a node
+            raise (_not_nodes(node, node._parents) or error) from None
     return seen
 
 
 def _array_pass(outputs, seeds, inputs):
     """``back()`` from every output at once, with each node's ``.g`` put back afterwards."""
     nodes = _reachable(outputs)
+    order = sorted((node for node in nodes if node._parents), key=_creation_index, reverse=True)
+    _check_edits(order)                 # before any gradient changes
     saved = [(node, node._g, getattr(node, "_gshared", False)) for node in nodes]
     try:
         for node in nodes:
             node._g = None
-        order = sorted((node for node in nodes if node._parents), key=_creation_index, reverse=True)
         for y, seed in zip(outputs, seeds):
             y.accumulate(seed)
         _propagate(order)

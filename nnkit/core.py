@@ -264,7 +264,7 @@ class NetVar(ArrayLike):
 
     def reset(self):
         """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
-        self._g = None
+        self._g = self._gread = None
         self._gshared = False
 
     # -- the backward pass
@@ -415,8 +415,8 @@ class NetOp(NetVar):
             else:
                 self.requires_grad = False
                 self._parents = ()
-        except AttributeError:          # (costs nothing unless raised)
-            raise _not_nodes(self, parents) from None
+        except AttributeError as error:     # (costs nothing unless raised)
+            raise (_not_nodes(self, parents) or error) from None
         if _observers:
             for observer in _observers:
                 observer.forward(self, parents)
@@ -502,8 +502,12 @@ def own_code(function, owner=None):
 
 def _not_nodes(op, parents):
     """The TypeError for an op given parents that are not nodes (None for an absent bias, an
-    array): it fails in back() otherwise, naming neither."""
-    position, parent = next((k, p) for k, p in enumerate(parents) if not isinstance(p, NetVar))
+    array): it fails in back() otherwise, naming neither. None when every parent is a node
+    (the AttributeError came from elsewhere: the caller re-raises it)."""
+    position, parent = next(((k, p) for k, p in enumerate(parents)
+                             if not isinstance(p, NetVar)), (None, None))
+    if position is None:
+        return None
     return TypeError(f"{type(op).__name__}: parent {position} given to super().__init__ is "
                      f"{type(parent).__name__}, not a node (a NetVar); pass only nodes (leave "
                      "an absent input out, make an array a NetVar)")
@@ -521,14 +525,14 @@ def _as_op_array(data):
 
 def _propagate(nodes, trace=False):
     """Call ``_back`` on each of ``nodes`` (op nodes, children before parents) whose gradient a
-    consumer or a seed has given: the loop of ``back()``, shared with ``nnkit.grad``."""
+    consumer or a seed has given: the loop of ``back()``, shared with ``nnkit.grad``. The
+    caller has run ``_check_edits(nodes)`` before changing any gradient."""
     global _passes
     _passes += 1
     observers = _observers
     if trace:
         recorder = _recorder()
         observers = observers + [recorder]
-    _check_edits(nodes)
     for node in nodes:
         if node._g is not None:
             if observers:
@@ -575,8 +579,8 @@ def _reverse_topological(root):
                 if parent._parents and parent not in seen:
                     visit(parent)
                     collect(parent)
-    except AttributeError:      # a parent that is not a node (costs nothing unless raised)
-        raise _not_nodes(node, node._parents) from None
+    except AttributeError as error:     # a parent that is not a node (costs nothing)
+        raise (_not_nodes(node, node._parents) or error) from None
     nodes.sort(key=_creation_index, reverse=True)
     return nodes
 

@@ -255,7 +255,7 @@ class Optimizer:
         defaults = current = None
         try:
             for (position, p, group), g in zip(pending, grads):
-                p._g = None
+                p._g = p._gread = None          # (the zeros a read made are not kept alive)
                 if g is None:           # a frozen parameter
                     continue
                 if group is not current:

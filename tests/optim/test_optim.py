@@ -653,3 +653,16 @@ def test_reading_a_gradient_never_makes_an_optimizer_move_a_weight():
     unused.g[0, 1] = 5.0                      # an edit through the read array is a gradient
     opt.step()
     assert unused.data[0, 1] < 1.0 and unused.data[0, 0] < 1.0     # (AdamW decays it all)
+
+
+def test_the_zeros_a_read_made_are_not_kept_after_a_step_or_a_reset():
+    # the node remembered the array it handed out on a read: one gradient-sized array per
+    # parameter stayed alive after step() and reset()
+    import weakref
+    p, q = nn.NetVar(np.ones((1, 3))), nn.NetVar(np.ones((1, 3)))
+    opt = nn.GD([p, q], lr=0.1)
+    seen = [weakref.ref(p.g), weakref.ref(q.g)]
+    (p * p).sum().back()                  # into p's read array, in place
+    opt.step()
+    q.reset()
+    assert [ref() for ref in seen] == [None, None]
