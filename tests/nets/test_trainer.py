@@ -579,7 +579,11 @@ def test_samples_count_rows_whatever_the_loss_weighs_and_any_op_may_be_the_loss(
     trainer = nn.Trainer(weighted, nn.GD(model.vars, lr=0.0, momentum=0.0))
     trainer.fit([(X, labels)], epochs=1)
     assert trainer.history["samples"] == [40]
-    cosine = nn.Trainer(lambda batch: 1 - nn.CosineSimilarity(model(batch[0]), model(batch[0] * 2))
-                        .reshape(1, -1)[:, :1], nn.GD(model.vars, lr=0.1))
+
+    def cosine_loss(batch):
+        return 1 - nn.CosineSimilarity(model(batch[0]), model(batch[0] + 1)).reshape(1, -1)[:, :1]
+
+    cosine = nn.Trainer(cosine_loss, nn.GD(model.vars, lr=0.1))
+    expected = cosine_loss((X[:1],)).item()
     cosine.fit([(X[:1], labels[:1])], epochs=1)
-    assert len(cosine.history["loss"]) == 1
+    assert cosine.history["loss"] == [pytest.approx(expected)] and expected > 0
