@@ -51,7 +51,9 @@ def grad(outputs, inputs, g=None, create_graph=False):
     for position, y in enumerate(outputs):
         if not y.requires_grad:
             raise RuntimeError(f"grad(): output {position}, {y._describe()}, does not require a "
-                               f"gradient ({NO_GRAD_CAUSES})")
+                               f"gradient ({NO_GRAD_CAUSES}; or from a gradient that "
+                               "grad(..., create_graph=True) found constant, as a linear "
+                               "function's is: its own derivative is 0)")
     for position, x in enumerate(inputs):
         if not x.requires_grad:
             raise ValueError(f"grad(): input {position}, {x._describe()}, does not require a "

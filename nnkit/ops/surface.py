@@ -154,6 +154,34 @@ def _spelled_differently(name, spelling):
     return property(refuse, refuse)
 
 
+# NumPy's functions given a node computed on its values and returned an array, so the gradient
+# was lost without a word (np.dot(a, x), np.concatenate, np.where, np.clip), or failed inside the
+# node's own method (np.sum(x) passes out= to x.sum). They are refused, naming nnkit's spelling;
+# np.asarray(x) still gives the values, on purpose, and np.shape, np.ndim and np.size answer as
+# for an array. (NumPy's ufuncs, np.exp(x), are refused by NetVar.__array_ufunc__ = None.)
+_NUMPY_SPELLINGS = {
+    "sum": "x.sum(axis)", "mean": "x.mean(axis)", "max": "x.max(axis)", "amax": "x.max(axis)",
+    "min": "x.min(axis)", "amin": "x.min(axis)", "var": "x.var(axis, ddof=0)",
+    "std": "x.var(axis).sqrt()", "argmax": "x.argmax(axis)", "norm": "x.norm(axis)",
+    "dot": "a @ b (nn.Multiply)", "matmul": "a @ b (nn.Multiply)", "einsum": "nn.Einsum",
+    "concatenate": "nn.Concat(xs, axis)", "stack": "nn.Stack(xs, axis)",
+    "split": "nn.Split(x, sections, axis)", "where": "nn.Where(cond, a, b)",
+    "clip": "x.clip(lo, hi)", "reshape": "x.reshape(...)", "ravel": "x.reshape(-1)",
+    "transpose": "x.T or x.transpose(...)", "broadcast_to": "x.broadcast_to(shape)",
+    "pad": "nn.Pad(x, pad_width)",
+}
+_SHAPE_QUERIES = {"shape", "ndim", "size"}
+
+
+def _array_function(self, func, types, args, kwargs):
+    if func.__name__ in _SHAPE_QUERIES:
+        return func(self._data, *args[1:], **kwargs)
+    spelling = _NUMPY_SPELLINGS.get(func.__name__, "the nnkit op of that name")
+    raise TypeError(f"{func.__module__}.{func.__name__}(): {self._describe()} is a node, and NumPy "
+                    f"would compute on its values and lose its gradient; nnkit spells it "
+                    f"{spelling} (np.asarray(x) gives the values alone)")
+
+
 # ----------------------------------------------------------------------------- the table
 
 _add, _sub, _mul, _div = _operator(Add), _operator(Sub), _operator(Mul), _operator(Div)
@@ -185,6 +213,8 @@ SURFACE = {
     "astype": lambda x, dtype: AsType(x, dtype),
     "__getitem__": lambda x, index: GetItem(x, index), "flatten": _flatten,
     "expand": _expand, "broadcast_to": lambda x, shape: Broadcast(x, shape),
+    # NumPy's functions (np.sum(x), np.dot(a, x), ...): refused, naming nnkit's spelling
+    "__array_function__": _array_function,
 }
 
 SURFACE.update({name: _spelled_differently(name, spelling)
