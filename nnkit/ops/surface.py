@@ -155,31 +155,55 @@ def _spelled_differently(name, spelling):
 
 
 # NumPy's functions given a node computed on its values and returned an array, so the gradient
-# was lost without a word (np.dot(a, x), np.concatenate, np.where, np.clip), or failed inside the
-# node's own method (np.sum(x) passes out= to x.sum). They are refused, naming nnkit's spelling;
-# np.asarray(x) still gives the values, on purpose, and np.shape, np.ndim and np.size answer as
-# for an array. (NumPy's ufuncs, np.exp(x), are refused by NetVar.__array_ufunc__ = None.)
+# was lost without a word (np.dot(a, w), np.concatenate, np.where, np.clip), or failed inside the
+# node's own method (np.sum(w) passes out= to w.sum). Given a node that requires a gradient they
+# are refused, naming nnkit's spelling, except those whose result is nothing to differentiate
+# (comparisons, shapes, indices, saving); given constants only, they compute on the values as
+# before. np.asarray(x) gives the values, on purpose. (NumPy's ufuncs, np.exp(x), are refused by
+# NetVar.__array_ufunc__ = None.)
 _NUMPY_SPELLINGS = {
     "sum": "x.sum(axis)", "mean": "x.mean(axis)", "max": "x.max(axis)", "amax": "x.max(axis)",
     "min": "x.min(axis)", "amin": "x.min(axis)", "var": "x.var(axis, ddof=0)",
-    "std": "x.var(axis).sqrt()", "argmax": "x.argmax(axis)", "norm": "x.norm(axis)",
-    "dot": "a @ b (nn.Multiply)", "matmul": "a @ b (nn.Multiply)", "einsum": "nn.Einsum",
-    "concatenate": "nn.Concat(xs, axis)", "stack": "nn.Stack(xs, axis)",
-    "split": "nn.Split(x, sections, axis)", "where": "nn.Where(cond, a, b)",
-    "clip": "x.clip(lo, hi)", "reshape": "x.reshape(...)", "ravel": "x.reshape(-1)",
-    "transpose": "x.T or x.transpose(...)", "broadcast_to": "x.broadcast_to(shape)",
-    "pad": "nn.Pad(x, pad_width)",
+    "std": "x.var(axis).sqrt()", "norm": "x.norm(axis)", "dot": "a @ b (nn.Multiply)",
+    "matmul": "a @ b (nn.Multiply)", "einsum": "nn.Einsum", "concatenate": "nn.Concat(xs, axis)",
+    "stack": "nn.Stack(xs, axis)", "split": "nn.Split(x, sections, axis)",
+    "where": "nn.Where(cond, a, b)", "clip": "x.clip(lo, hi)", "reshape": "x.reshape(...)",
+    "ravel": "x.reshape(-1)", "transpose": "x.T or x.transpose(...)",
+    "broadcast_to": "x.broadcast_to(shape)", "pad": "nn.Pad(x, pad_width)",
 }
-_SHAPE_QUERIES = {"shape", "ndim", "size"}
+_VALUES_ONLY = {"shape", "ndim", "size", "allclose", "isclose", "array_equal", "array_equiv",
+                "argmax", "argmin", "argsort", "array2string", "array_repr", "array_str",
+                "save", "savez", "savez_compressed", "savetxt"}
+
+
+def _values(item):
+    """``item`` with each node (alone or in a list or tuple) replaced by its data."""
+    if isinstance(item, NetVar):
+        return item._data
+    if type(item) in (list, tuple):
+        return type(item)(_values(part) for part in item)
+    return item
+
+
+def _trained(item):
+    """The first node in ``item`` (alone or in a list or tuple) that requires a gradient."""
+    if isinstance(item, NetVar):
+        return item if item.requires_grad else None
+    if type(item) in (list, tuple):
+        return next((node for node in map(_trained, item) if node is not None), None)
+    return None
 
 
 def _array_function(self, func, types, args, kwargs):
-    if func.__name__ in _SHAPE_QUERIES:
-        return func(self._data, *args[1:], **kwargs)
-    spelling = _NUMPY_SPELLINGS.get(func.__name__, "the nnkit op of that name")
-    raise TypeError(f"{func.__module__}.{func.__name__}(): {self._describe()} is a node, and NumPy "
-                    f"would compute on its values and lose its gradient; nnkit spells it "
-                    f"{spelling} (np.asarray(x) gives the values alone)")
+    name = func.__name__
+    node = None if name in _VALUES_ONLY else _trained([*args, *kwargs.values()])
+    if node is None:
+        return func(*_values(args), **{key: _values(value) for key, value in kwargs.items()})
+    cure = (f"nnkit spells it {_NUMPY_SPELLINGS[name]}" if name in _NUMPY_SPELLINGS
+            else "build it from nnkit's ops")
+    raise TypeError(f"{func.__module__}.{name}(): {node._describe()} is a node, and NumPy would "
+                    f"compute on its values and lose its gradient; {cure} (np.asarray(x) gives "
+                    "the values alone)")
 
 
 # ----------------------------------------------------------------------------- the table
@@ -213,7 +237,7 @@ SURFACE = {
     "astype": lambda x, dtype: AsType(x, dtype),
     "__getitem__": lambda x, index: GetItem(x, index), "flatten": _flatten,
     "expand": _expand, "broadcast_to": lambda x, shape: Broadcast(x, shape),
-    # NumPy's functions (np.sum(x), np.dot(a, x), ...): refused, naming nnkit's spelling
+    # NumPy's functions (np.sum(w), np.dot(a, w), ...) given a trained node: refused
     "__array_function__": _array_function,
 }
 

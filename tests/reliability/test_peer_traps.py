@@ -90,7 +90,8 @@ def test_backpropagating_one_graph_again_after_resetting_the_leaves_repeats_the_
 
 
 # Source: karpathy/micrograd#53 ("Ensure backward() is idempotent": a second backward() on
-# e = (a + b)·d gave a.grad 3 instead of 2 because the intermediate c kept its gradient).
+# e = (a + b)·d gave a.grad 3 instead of 2 because the intermediate c kept its gradient) and
+# tinygrad/tinygrad#5701 (a second backward "shouldn't silently return the wrong answer").
 # Trap: calling back() twice must double each leaf's gradient exactly, not compound it.
 def test_back_twice_doubles_the_leaves_exactly_and_recomputes_the_intermediates():
     a, b, d = scalar(3.0), scalar(2.0), scalar(1.0)
@@ -103,7 +104,8 @@ def test_back_twice_doubles_the_leaves_exactly_and_recomputes_the_intermediates(
 
 
 # Source: bytetriper/RAE#67 and pytorch/torchtitan#3575 (gradients zeroed once per micro-batch
-# instead of once per optimizer step, so only the last micro-batch was trained on).
+# instead of once per optimizer step, so only the last micro-batch was trained on);
+# chainer/chainer#4695 (why backward always accumulates).
 # Trap: back() on several micro-batches must add up until step(), which then starts afresh.
 def test_micro_batches_accumulate_until_the_optimizer_step_clears_them():
     w = scalar(1.0)
@@ -178,11 +180,38 @@ def test_builtin_sum_and_reflected_operators_give_the_right_gradient():
     np.testing.assert_allclose(x.g, 3 - 2 / x.data ** 2, rtol=1e-15)
 
 
+# Source: oreilly-japan/deep-learning-from-scratch-3#16 (DeZero's second-derivative idiom
+# gx = x.grad; x.cleargrad(); gx.backward() adds onto x.grad unless it is cleared first) and
+# chainer/chainer#3015 (chainer.grad returns gradients instead of accumulating into .grad).
+# Trap: taking a first derivative to differentiate it again must leave x.g alone, so that
+# backpropagating the derivative gives x.g = the second derivative, nothing added to it.
+def test_a_derivative_taken_to_differentiate_again_leaves_the_leaf_gradient_alone():
+    x = leaf([[0.5, 2.0]])
+    slope, = nn.grad((x ** 3).sum(), [x], create_graph=True)      # 3x²
+    np.testing.assert_allclose(slope.data, 3 * x.data ** 2, rtol=1e-15)
+    assert not x.g.any()
+    slope.sum().back()
+    np.testing.assert_allclose(x.g, 6 * x.data, rtol=1e-15)
+
+
+# Source: tinygrad/tinygrad#799 ("Broadcasting discrepancies": (4, 3) @ (1, 3, 3, 3) gave (4, 9)
+# where NumPy and PyTorch give (1, 3, 4, 3)).
+# Trap: a matrix product must broadcast its batch axes as NumPy does, and sum each operand's
+# gradient back to its own shape.
+def test_a_batched_matrix_product_broadcasts_as_numpy_does():
+    rng = np.random.default_rng(3)
+    a, b = leaf(rng.standard_normal((4, 3))), leaf(rng.standard_normal((1, 3, 3, 3)))
+    assert (a @ b).shape == np.matmul(a.data, b.data).shape == (1, 3, 4, 3)
+    np.testing.assert_allclose((a @ b).data, np.matmul(a.data, b.data), rtol=1e-15)
+    assert nn.gradcheck(lambda a, b: a @ b, a, b)
+
+
 # ============================================================================ NumPy on nodes
 
 # Source: HIPS/autograd#85 and HIPS/autograd#373 (np.sum on a traced value failed with
 # "unexpected keyword argument 'dtype'" / "'out'", an error that named neither cause nor cure).
-# Trap: a NumPy reduction given a node must name nnkit's spelling, not fail inside the method.
+# Trap: a NumPy reduction given a trained node must name nnkit's spelling, not fail inside the
+# node's method; given a constant it must give the value.
 @pytest.mark.parametrize("function, spelling", [
     (np.sum, r"x\.sum\(axis\)"), (np.mean, r"x\.mean\(axis\)"), (np.max, r"x\.max\(axis\)")])
 def test_a_numpy_reduction_of_a_node_names_nnkits_method(function, spelling):
@@ -190,12 +219,14 @@ def test_a_numpy_reduction_of_a_node_names_nnkits_method(function, spelling):
     with pytest.raises(TypeError, match=rf"numpy\.{function.__name__}\(\): NetVar #\d+ of shape "
                                         rf"\(1, 3\) is a node.*{spelling}"):
         function(x)
+    assert function(leaf(x.data, requires_grad=False)) == function(x.data)
 
 
 # Source: HIPS/autograd#8 (`w.T.dot(x)` on a traced x returned a plain array, so the gradient
 # came back as zeros without an error).
-# Trap: a NumPy function that would compute on a node's values must not hand back an array that
-# silently drops the gradient; np.asarray(x) (the values, on purpose) and np.shape still work.
+# Trap: a NumPy function that would compute on a trained node's values must not hand back an
+# array that silently drops the gradient; np.asarray(x) (the values, on purpose), np.shape and
+# comparisons still work, and constants (nothing to lose) still compute on their values.
 @pytest.mark.parametrize("call, spelling", [
     (lambda x: np.dot(np.ones((2, 1)), x), r"a @ b"),
     (lambda x: np.concatenate([x, x]), r"nn\.Concat"),
@@ -211,6 +242,9 @@ def test_a_numpy_function_that_would_drop_the_gradient_is_refused(call, spelling
         call(x)
     np.testing.assert_array_equal(np.asarray(x), [[0.5, -1.0, 2.0]])
     assert np.shape(x) == (1, 3) and np.ndim(x) == 2 and np.size(x) == 3
+    assert np.allclose(x, [[0.5, -1.0, 2.0]]) and np.argmax(x) == 2
+    constant = leaf(x.data, requires_grad=False)
+    np.testing.assert_array_equal(call(constant), call(x.data))
 
 
 # Source: HIPS/autograd#436 and HIPS/autograd#416 (np.exp on a traced value: "'ArrayBox' object
@@ -317,8 +351,8 @@ def test_ignore_index_minus_100_is_explicit_and_an_all_ignored_batch_poisons_no_
     np.testing.assert_array_equal(z.g, np.zeros((4, 3)))
 
 
-# Source: PyTorch's "multi-target not supported" for (B, 1) class indices, the companion of
-# pytorch/pytorch#16045's (B,)-against-(B, 1) shapes.
+# Source: pytorch/pytorch#3670 ("multi-target not supported" for (N, 1) class indices) and
+# pytorch/pytorch#56542 (the target shapes CrossEntropyLoss and BCEWithLogits expect differ).
 # Trap: class indices given as a (B, 1) column must mean the same B positions as (B,).
 def test_class_indices_as_a_column_mean_the_same_positions():
     z = leaf(np.arange(12.0).reshape(4, 3) / 10)
@@ -344,7 +378,8 @@ def test_the_norm_of_a_zero_vector_has_a_zero_gradient():
 
 
 # Source: jax-ml/jax#347 and jax-ml/jax#5798 (gradients through np.where are NaN when the branch
-# not taken is NaN: 0 · ∞ in the chain rule; the "double where" trick is the cure).
+# not taken is NaN: 0 · ∞ in the chain rule; the "double where" trick is the cure) and
+# tinygrad/tinygrad#15806 (the same NaN through where's inactive sqrt branch).
 # Trap: the NaN must be caught naming the op, and the double where must give the exact gradient.
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_a_nan_in_the_branch_where_does_not_take():
