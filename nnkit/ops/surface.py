@@ -131,6 +131,17 @@ def _expand(x, *shape, **keywords):
                      else shape)
 
 
+def _rpow(x, c):
+    """``c ** x``: refused naming the way to write it (Python's own error named only the types)."""
+    if numpy.ndim(c):
+        base, log = "c", "np.log(c)"
+    else:
+        base = repr(int(c) if isinstance(c, (int, numpy.integer)) else float(c))
+        log = f"math.log({base})"
+    raise TypeError(f"{base} ** x: {x._describe()} as an exponent: nnkit's Pow raises a node to "
+                    f"a constant power; write a constant to the power of x as (x * {log}).exp()")
+
+
 _NO_ORDER = ("; nnkit's norm is always the L2 norm, and its first argument is the axis, not "
              "PyTorch's or NumPy's order p")
 
@@ -215,7 +226,7 @@ SURFACE = {
     "__add__": _add, "__radd__": _add, "__sub__": _sub, "__rsub__": _operator(RSub),
     "__mul__": _mul, "__rmul__": _mul, "__truediv__": _div, "__rtruediv__": _operator(RDiv),
     "__matmul__": lambda a, b: Multiply(a, b), "__rmatmul__": lambda a, b: Multiply(b, a),
-    "__pow__": lambda a, p: Pow(a, p), "__neg__": lambda a: Neg(a),
+    "__pow__": lambda a, p: Pow(a, p), "__rpow__": _rpow, "__neg__": lambda a: Neg(a),
     "__abs__": lambda x: Abs(x),
     # comparisons: boolean constants
     "__lt__": _comparison(operator.lt), "__le__": _comparison(operator.le),

@@ -13,6 +13,7 @@ Traps already covered elsewhere are not repeated: in-place edits of a parameter
 indices (``test_hostile_inputs.py``).
 """
 import copy
+import math
 import pickle
 import re
 
@@ -204,6 +205,21 @@ def test_a_batched_matrix_product_broadcasts_as_numpy_does():
     assert (a @ b).shape == np.matmul(a.data, b.data).shape == (1, 3, 4, 3)
     np.testing.assert_allclose((a @ b).data, np.matmul(a.data, b.data), rtol=1e-15)
     assert nn.gradcheck(lambda a, b: a @ b, a, b)
+
+
+# Source: karpathy/micrograd#17 (`__pow__` takes only an int/float exponent) and
+# karpathy/micrograd#36 (adding `__rpow__` so that a number raised to a Value works).
+# Trap: `2.0 ** x` fails with Python's "unsupported operand type(s)", naming no way out; it must
+# name nnkit's spelling, which then gives the right value and gradient.
+def test_a_number_raised_to_a_node_names_the_way_to_write_it():
+    x = leaf([[0.5, 3.0]])
+    with pytest.raises(TypeError, match=r"2\.0 \*\* x: .*NetVar #\d+ of shape \(1, 2\).*"
+                                        r"\(x \* math\.log\(2\.0\)\)\.exp\(\)"):
+        2.0 ** x
+    y = (x * math.log(2.0)).exp()
+    y.sum().back()
+    np.testing.assert_allclose(y.data, 2.0 ** x.data, rtol=1e-15)
+    np.testing.assert_allclose(x.g, 2.0 ** x.data * math.log(2.0), rtol=1e-15)
 
 
 # ============================================================================ NumPy on nodes
