@@ -5,7 +5,9 @@ Every entry builds the op of the same name (``x.sum(1)`` is ``Sum(x, 1)``), with
 written once, below: the fast path of ``+ − × ÷``. Comparisons give boolean constants (no
 gradient), usable as masks and with ``Where``. The methods take ``**keywords`` only to answer
 PyTorch's spellings (``dim=``, ``keepdim=``) with nnkit's; PyTorch's attribute names
-(``backward``, ``grad``, ...) raise AttributeError naming nnkit's.
+(``backward``, ``grad``, ...) raise AttributeError naming nnkit's. NumPy's functions given a node
+that requires a gradient (``np.sum(w)``, ``np.dot(a, w)``), which would drop the gradient, and
+``2.0 ** x`` raise TypeError naming nnkit's spelling.
 """
 import operator
 

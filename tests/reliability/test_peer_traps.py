@@ -4,13 +4,13 @@ Every case comes from an issue or pull request of micrograd, tinygrad, Dezero, C
 autograd, PyTorch or JAX (cited above it, with the trap in one line) and asserts either the right
 value (closed forms or finite differences in float64) or a clear error naming the op or function,
 the argument and the shapes. None accepts a silent wrong result. A case that nnkit cannot pass
-without a change to a file outside the ops is marked ``xfail(strict=True)`` with the change it
-needs, so that it turns into a failure (to be unmarked) the day the change lands.
+without a change to the engine (``nnkit/core.py``) is marked ``xfail(strict=True)`` with the
+change it needs, so that it turns into a failure (to be unmarked) the day the change lands.
 
 Traps already covered elsewhere are not repeated: in-place edits of a parameter
 (``test_inplace.py``), a 0-d node read three times and ``p.g = 0`` (``test_misuse.py``), a
-100,000-op chain through ``back()`` (``tests/test_core.py``), empty reductions and out-of-range
-indices (``test_hostile_inputs.py``).
+100,000-op chain through ``back()`` (``tests/test_core.py``), the mean or max of an empty array
+and out-of-range indices (``test_hostile_inputs.py``).
 """
 import copy
 import math
