@@ -126,7 +126,15 @@ def set_rng_state(state):
     the uninterrupted run.
     """
     global _rng
-    where = "set_rng_state"
+    _rng = generator_from_state(state)
+    _gpu_rngs.clear()
+
+
+def generator_from_state(state, where="set_rng_state"):
+    """A new NumPy Generator continuing from ``state`` (see ``set_rng_state``), which is
+    checked first (TypeError or ValueError naming ``where`` and what is wrong); nnkit's global
+    generator is not touched (``nnkit.load`` checks a saved state with it before it assigns
+    anything)."""
     if not isinstance(state, dict):
         raise TypeError(f"{where}: state must be the dict get_rng_state() returns, got "
                         f"{type(state).__name__}")
@@ -146,8 +154,7 @@ def set_rng_state(state):
     except (TypeError, ValueError, KeyError, OverflowError) as error:
         raise ValueError(f"{where}: NumPy's {name} refuses the state "
                          f"({type(error).__name__}: {error})") from None
-    _rng = numpy.random.Generator(bit_generator)
-    _gpu_rngs.clear()
+    return numpy.random.Generator(bit_generator)
 
 
 def _check_same_layout(where, label, state, fresh):

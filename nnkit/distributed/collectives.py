@@ -271,6 +271,18 @@ def broadcast(value, root=0):
     return result.item() if number else result
 
 
+def rng_states():
+    """Every rank's random generator state (``nnkit.get_rng_state()``), as a list by rank, on
+    every rank: call it on every rank (it is a collective), and give it to ``nnkit.save(...,
+    rng=...)`` on the rank that saves, so that ``nnkit.load(..., rng=True)`` on every rank
+    gives each its own stream back (its dropout masks; the shuffles of ``minibatches(...,
+    shard=True)`` are rank 0's). In one process: ``[nnkit.get_rng_state()]``.
+    """
+    comm = _communicator()
+    state = backend.get_rng_state()
+    return [state] if comm.Get_size() == 1 else comm.allgather(state)
+
+
 def _bounds(n, rank, size):
     """``(start, stop)`` of rank's share of n items: contiguous, the first n % size ranks one
     longer."""
