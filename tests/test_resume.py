@@ -24,10 +24,11 @@ def data():
     return [row[None, :] for row in X], y       # sequences of one step, for nn.minibatches
 
 
-def build(seed):
+def build(seed, parallel=False):
     """The model (Dropout between two Linear layers, initialized from nnkit's generator),
     Adam, an exponential schedule stepped per epoch and a Trainer over batches reshuffled
-    each epoch from nnkit's generator."""
+    each epoch from nnkit's generator; ``parallel``: with DataParallel, each rank training
+    on its shard of rank 0's batches with its own dropout masks."""
     nn.seed(seed)
     model = nn.layers.Sequential(nn.layers.Linear(4, 12), nn.Tanh, nn.layers.Dropout(0.3),
                                  nn.layers.Linear(12, 3))
@@ -41,10 +42,12 @@ def build(seed):
         z = model(nn.NetVar(x[0], requires_grad=False))
         return nn.SoftmaxCELoss(z, t), z, t
 
-    trainer = nn.Trainer(step, optimizer, hooks=[nn.LRSchedule(schedule)],
-                         metrics={"accuracy": nn.Accuracy()})
+    hooks = [nn.LRSchedule(schedule)] + ([nn.distributed.DataParallel(model)] if parallel
+                                         else [])
+    trainer = nn.Trainer(step, optimizer, hooks=hooks, metrics={"accuracy": nn.Accuracy()})
     seqs, labels = data()
-    return model, optimizer, schedule, trainer, lambda: nn.minibatches(seqs, labels, 8)
+    return model, optimizer, schedule, trainer, lambda: nn.minibatches(seqs, labels, 8,
+                                                                       shard=parallel)
 
 
 def outcome(model, optimizer, trainer):
