@@ -289,6 +289,47 @@ def resume_random_rest(folder):
     _write(folder, "resume_random_rest", *test_resume.outcome(model, optimizer, trainer))
 
 
+def unlike_weights(folder):
+    """A hand-written loop whose ranks build their model from different seeds and never call
+    broadcast_vars: the first allreduce_grads raises on every rank. Then, from equal weights,
+    one rank's parameter drifts before the second loop's 2nd call: with
+    check_parameters_every(3) the process's calls 1, 4, 7, ... check, so its 3rd raises."""
+    X, y = mlp_data()[0][0]
+    errors = {}
+
+    def train(model, steps, drift_at=None):
+        optimizer = nn.GD(model.vars, lr=0.1)
+        for number in range(1, steps + 1):
+            if number == drift_at and dist.rank() == 1:
+                model.vars[-1].data = model.vars[-1].data + 1e-3
+            nn.SoftmaxCELoss(model(nn.NetVar(dist.shard(X), requires_grad=False)),
+                             dist.shard(y)).back()
+            try:
+                dist.allreduce_grads(model, weight=len(dist.shard(X)))
+            except ValueError as error:
+                return number, str(error)
+            optimizer.step()
+        return None, None
+
+    nn.seed(dist.rank())
+    model = nn.layers.Sequential(nn.layers.Linear(5, 4), nn.Tanh, nn.layers.Linear(4, 3))
+    errors["seeds"] = train(model, 3)
+    nn.seed(0)
+    model = nn.layers.Sequential(nn.layers.Linear(5, 4), nn.Tanh, nn.layers.Linear(4, 3))
+    before = dist.check_parameters_every()
+    dist.check_parameters_every(3)
+    try:
+        errors["drift"] = train(model, 6, drift_at=2)
+        dist.check_parameters_every(0)
+        nn.seed(dist.rank())
+        model = nn.layers.Sequential(nn.layers.Linear(5, 4), nn.Tanh, nn.layers.Linear(4, 3))
+        errors["unchecked"] = train(model, 2)
+    finally:
+        dist.check_parameters_every(before)
+    errors["default"] = before
+    _write(folder, "unlike_weights", {}, errors)
+
+
 class _Counting:
     """The communicator, counting the all-reduce calls, the dtypes of their buffers and how
     many of the ``watched`` arrays (weak references) are still alive at each call."""
@@ -605,7 +646,8 @@ def early_failure(folder):
 
 
 SCENARIOS = {f.__name__: f for f in (equality, resume, resume_random_first,
-                                     resume_random_rest, collectives, failing_rank,
+                                     resume_random_rest, unlike_weights, collectives,
+                                     failing_rank,
                                      uneven_batches, unlike_fits, gpu_equality, early_failure)}
 
 

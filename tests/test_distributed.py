@@ -354,6 +354,36 @@ def test_a_random_run_resumed_on_2_ranks_in_fresh_processes_is_bit_identical(
     assert straight[0][1]["rng"] != straight[1][1]["rng"]        # two streams, each resumed
 
 
+@needs_mpi
+def test_ranks_whose_parameters_differ_all_raise_naming_the_first(tmp_path_factory):
+    # a hand-written loop without broadcast_vars trained a different model on each rank and
+    # ended with status 0
+    status, output, folder = _launch(tmp_path_factory, 2, "unlike_weights")
+    assert status == 0, output[-3000:]
+    for _, errors in scenarios.results(folder, "unlike_weights", 2):
+        step, message = errors["seeds"]
+        assert step == 1
+        assert ("allreduce_grads: the ranks hold different values of parameter 0 "
+                "('layers.0.W', float32 (5, 4)): rank 1's differs from rank 0's (2 of 4 "
+                "parameters differ)") in message
+        assert "dist.broadcast_vars(model)" in message
+        # calls 1 (the loop above), 4, 7 ... of the process check: the drift made before the
+        # second loop's 2nd step (call 3) is seen at its 3rd (call 4)
+        step, message = errors["drift"]
+        assert step == 3 and "parameter 3 ('layers.2.b', float32 (1, 3))" in message
+        assert "(1 of 4 parameters differ)" in message
+        assert errors["unchecked"] == [None, None] and errors["default"] == 100
+
+
+def test_check_parameters_every_takes_a_count(alone):
+    assert dist.check_parameters_every() == 100
+    with pytest.raises(TypeError, match="check_parameters_every: calls must be an int"):
+        dist.check_parameters_every(2.5)
+    with pytest.raises(ValueError, match="check_parameters_every: calls"):
+        dist.check_parameters_every(-1)
+    assert dist.check_parameters_every() == 100
+
+
 @pytest.fixture(scope="module")
 def collectives(tmp_path_factory):
     if NO_MPI:
@@ -396,10 +426,12 @@ def test_allreduce_grads_weights_and_packs_one_call_per_dtype(collectives):
     parameters W, b and two without gradients on some or all ranks travel in one call, the
     float32 one in another. A gradient is let go once it is packed, before the call that
     reduces it (freed before MPI's own temporary buffer, its memory is reused; freed after, the
-    heap is given back to the system and faulted in again next step: W9 ran at 41-74 %)."""
+    heap is given back to the system and faulted in again next step: W9 ran at 41-74 %).
+    Being the process's first call, it first compares the ranks' parameters: two small int64
+    all-reduces (their shapes, then their checksums), before any gradient is let go."""
     for arrays, numbers in collectives[0]:
-        assert numbers["grad_calls"] == ["float64", "float64", "float32"]
-        assert numbers["grads_alive_at_calls"] == [3, 1, 0]     # (W64, W32, b64 watched)
+        assert numbers["grad_calls"] == ["int64", "int64", "float64", "float64", "float32"]
+        assert numbers["grads_alive_at_calls"] == [3, 3, 3, 1, 0]   # (W64, W32, b64 watched)
         assert np.allclose(arrays["g_W64"], (1 * 1 + 2 * 2 + 3 * 3) / 6)
         assert np.allclose(arrays["g_b64"], 2 * (1 * 1 + 2 * 2 + 3 * 3) / 6)
         assert numbers["g_W32_dtype"] == "float32" and np.allclose(arrays["g_W32"], 14 / 6)

@@ -19,6 +19,8 @@ The functions, for a hand-written loop:
   Module's buffers);
 - ``allreduce_grads(params, average=True, weight=None)``: the gradients summed (or averaged)
   over the ranks, packed into one contiguous buffer per dtype and reduced in one call each;
+  its first call and every 100th (``check_parameters_every(n)``) check that the ranks hold
+  the same parameter values, raising on every rank otherwise;
 - ``allreduce(value, op="sum")`` and ``broadcast(value, root=0)``: numbers and arrays, for
   metrics;
 - ``shard(sequence_or_count)``: this rank's contiguous, balanced share;
@@ -48,10 +50,11 @@ directly; otherwise the buffer makes one copy to the host and one back per step.
 step synchronises with the GPU once, since MPI needs the gradients complete. float16 data is
 reduced in float32.
 """
-__all__ = ['rank', 'size', 'barrier', 'broadcast_vars', 'allreduce_grads', 'allreduce',
-           'broadcast', 'shard', 'rng_states', 'DataParallel']
+__all__ = ['rank', 'size', 'barrier', 'broadcast_vars', 'allreduce_grads',
+           'check_parameters_every', 'allreduce', 'broadcast', 'shard', 'rng_states',
+           'DataParallel']
 
-from .collectives import (allreduce, allreduce_grads, broadcast, broadcast_vars, rng_states,
-                          shard)
+from .collectives import (allreduce, allreduce_grads, broadcast, broadcast_vars,
+                          check_parameters_every, rng_states, shard)
 from .connection import barrier, rank, size
 from .parallel import DataParallel
