@@ -3,6 +3,7 @@ learning-rate schedule, saved at epoch k and resumed in a fresh process, is bit-
 uninterrupted run (the data-parallel version: tests/test_distributed.py, scenario
 ``resume_random``); what the checkpoint holds for it, and what load refuses."""
 import json
+import re
 import pathlib
 import subprocess
 import sys
@@ -229,3 +230,11 @@ def test_a_trainer_state_is_checked_before_it_is_taken():
         assert trainer.state_dict() == state
     trainer.load_state_dict({"epoch": 7, "steps": 3, "history": {"epoch": [7]}})
     assert (trainer.epoch, trainer.steps, dict(trainer.history)) == (7, 3, {"epoch": [7]})
+
+
+def test_the_resuming_page_runs():
+    """docs/resuming.md's first snippet resumes bit-identically (its asserts); the second
+    needs MPI ranks and is the scenario of test_distributed.py."""
+    text = (ROOT / "docs" / "resuming.md").read_text()
+    first = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    exec(compile(first, "docs/resuming.md", "exec"), {"__name__": "resuming"})
