@@ -238,3 +238,42 @@ def test_the_resuming_page_runs():
     text = (ROOT / "docs" / "resuming.md").read_text()
     first = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
     exec(compile(first, "docs/resuming.md", "exec"), {"__name__": "resuming"})
+
+
+def test_a_schedule_checks_a_saved_state_without_changing_anything():
+    first = nn.CosineLR(nn.GD([nn.NetVar(np.ones(2))], lr=1.0), total=10, min_lr=0.1)
+    first.step()
+    state = first.state_dict()
+    other = nn.CosineLR(nn.GD([nn.NetVar(np.ones(2))], lr=2.0), total=10, min_lr=0.1)
+    kept = other.state_dict(), other.optimizer.lr
+    other.check_state_dict(state)
+    for bad, message in [({**state, "t": -1}, "t"), ({**state, "base": float("inf")}, "base"),
+                         ({k: v for k, v in state.items() if k != "t"}, "missing")]:
+        with pytest.raises(ValueError, match=message):
+            other.check_state_dict(bad)
+    assert (other.state_dict(), other.optimizer.lr) == kept
+    other.load_state_dict(state)
+    assert other.optimizer.lr == first.optimizer.lr and other.t == 1
+
+
+@pytest.mark.parametrize("entry, value, keywords", [
+    ("schedule", 5, {"schedule": True}),
+    ("trainer", {"type": "Trainer"}, {"trainer": True}),
+    ("rng", {"bit_generator": "PCG64"}, {"rng": True}),
+    ("rng", [{"bit_generator": "PCG64"}], {"rng": True}),
+], ids=["schedule-not-a-dict", "trainer-without-state", "rng-not-a-list", "rng-malformed"])
+def test_a_tampered_resume_entry_is_a_corrupted_file(tmp_path, entry, value, keywords):
+    path, (model, optimizer, schedule, trainer, _) = saved_run(tmp_path)
+    path = nn.save(path, model, optimizer=optimizer, schedule=schedule, trainer=trainer)
+    with np.load(path) as file:
+        arrays = dict(file)
+    described = json.loads(bytes(arrays[META_KEY]).decode())
+    described[entry] = value
+    arrays[META_KEY] = np.frombuffer(json.dumps(described).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+    keywords = {key: {"schedule": schedule, "trainer": trainer}.get(key, flag)
+                for key, flag in keywords.items()}
+    before = nn.get_rng_state(), schedule.state_dict(), trainer.state_dict()
+    with pytest.raises(nn.CheckpointError, match="corrupted"):
+        nn.load(path, model, optimizer=optimizer, **keywords)
+    assert (nn.get_rng_state(), schedule.state_dict(), trainer.state_dict()) == before

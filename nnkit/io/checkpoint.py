@@ -154,10 +154,11 @@ def load(path, model=None, optimizer=None, ops=None, *, schedule=None, trainer=N
             if not (isinstance(op, type) and issubclass(op, NetOp)):
                 raise TypeError(f"load: ops[{name!r}] is {type(op).__name__} "
                                 f"{getattr(op, '__name__', op)}, not an op class")
+    _check_resume_arguments(schedule, trainer, rng)
     arrays, meta = _read(path)
     version = meta["version"]
-    resume = _resume_state(path, meta, schedule, trainer, rng)
     try:
+        resume = _resume_state(path, meta, schedule, trainer, rng)
         source = _Reader(path, arrays)
         params = _saved_arrays(path, meta["params"], "parameter", source)
         buffers = _saved_arrays(path, meta["buffers"], "buffer", source) if version >= 2 else {}
@@ -267,16 +268,22 @@ def _encode_resume(schedule, trainer, rng):
     return meta
 
 
-def _resume_state(path, meta, schedule, trainer, rng):
-    """``[(object, state)]`` to restore, and the generator for ``rng=True``, each checked
-    against the file (CheckpointError naming what is missing or wrong)."""
+def _check_resume_arguments(schedule, trainer, rng):
+    """``load``'s ``schedule``, ``trainer`` and ``rng``, before the file is read."""
+    for what, value in (("schedule", schedule), ("trainer", trainer)):
+        if value is not None:
+            _check_stateful(value, what, "load")
     if not isinstance(rng, (bool, numpy.bool_)):
         raise TypeError(f"load: rng must be True or False, got {_got(rng)}")
+
+
+def _resume_state(path, meta, schedule, trainer, rng):
+    """``([(object, state)], generator or None)``: what to restore, each checked against the
+    file (CheckpointError naming what is missing or wrong)."""
     restore = []
     for what, value in (("schedule", schedule), ("trainer", trainer)):
         if value is None:
             continue
-        _check_stateful(value, what, "load")
         saved = meta.get(what)
         if saved is None:
             raise CheckpointError(f"load: '{path}' has no {what} state (saved without "
@@ -284,12 +291,13 @@ def _resume_state(path, meta, schedule, trainer, rng):
         if saved.get("type") != type(value).__name__:
             raise CheckpointError(f"load: '{path}' holds the state of a {saved.get('type')}, "
                                   f"not of a {type(value).__name__}")
+        state = saved["state"]
         try:
-            value.check_state_dict(saved["state"])
-        except (TypeError, ValueError, KeyError) as error:
+            value.check_state_dict(state)
+        except (TypeError, ValueError) as error:
             raise CheckpointError(f"load: '{path}': its {what} state does not fit: "
                                   f"{error}") from None
-        restore.append((value, saved["state"]))
+        restore.append((value, state))
     generator = None
     if rng:
         states = meta.get("rng")
