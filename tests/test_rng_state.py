@@ -60,7 +60,8 @@ def good():
     ({**good(), "state": {"state": 1, "inc": True}}, ValueError,
      "state['state']['inc'] must be an int, got bool True"),
     ({**good(), "state": {"state": -1, "inc": 3}}, ValueError, "NumPy's PCG64 refuses the state"),
-    ({**good(), "bit_generator": "MT19937"}, ValueError, "state must have the keys ['bit_generator', 'state']"),
+    ({**good(), "bit_generator": "MT19937"}, ValueError,
+     "state must have the keys ['bit_generator', 'state']"),
 ], ids=["list", "unknown-generator", "base-class", "missing-key", "float", "bool",
         "negative", "another-generators-layout"])
 def test_a_wrong_state_is_refused_and_the_generator_is_unchanged(state, error, message):
