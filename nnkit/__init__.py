@@ -10,7 +10,7 @@ import sys as _sys
 import types as _types
 
 from . import backend
-from .backend import gpu_available, seed
+from .backend import get_rng_state, gpu_available, seed, set_rng_state
 from .core import InplaceEditError, NetOp, NetVar, constant
 from .gradients import unbroadcast
 from .dtypes import get_dtype, set_dtype

@@ -4,6 +4,8 @@ Every op reaches its math through ``xp = backend.array_module(x.data)``. CuPy is
 extra (``pip install nnkit[cuda]``), imported lazily the first time a non-NumPy array is seen
 or a GPU move is requested; without it everything runs on NumPy.
 """
+import copy
+
 import numpy
 
 from . import checks
@@ -96,6 +98,83 @@ def seed(value):
     cp = cupy_module() if _cupy is not None else None
     if cp is not None:
         cp.random.seed(value)
+
+
+def get_rng_state():
+    """The state of nnkit's global generator (the one ``nnkit.seed`` seeds: initializers,
+    dropout masks, shuffles) as plain data, to store with a checkpoint (``nnkit.save`` does)
+    and give back to ``set_rng_state`` to continue the same random stream.
+
+    A new dict each call: NumPy's ``bit_generator.state`` (``{"bit_generator": "PCG64",
+    "state": {"state": int, "inc": int}, "has_uint32": int, "uinteger": int}``), JSON-able.
+    The draws made on a GPU come from a CuPy generator that is not in it: see
+    ``set_rng_state``.
+    """
+    return copy.deepcopy(_rng.bit_generator.state)
+
+
+def set_rng_state(state):
+    """Continue nnkit's global generator from ``state``, a dict ``get_rng_state`` returned
+    (in this process or another, e.g. read back from a checkpoint): the draws that follow are
+    those that followed ``get_rng_state()``.
+
+    The state is checked first: a state that is not such a dict, or that NumPy's generator
+    refuses, raises (TypeError or ValueError naming what is wrong) and leaves the generator as
+    it was. The GPU generators (CuPy's, which draw dropout masks of GPU data) cannot be saved:
+    they are forgotten here and derived again from the restored stream at their next draw, so
+    a resumed GPU run is reproducible from its checkpoint but its GPU draws are not those of
+    the uninterrupted run.
+    """
+    global _rng
+    _rng = generator_from_state(state)
+    _gpu_rngs.clear()
+
+
+def generator_from_state(state, where="set_rng_state"):
+    """A new NumPy Generator continuing from ``state`` (see ``set_rng_state``), which is
+    checked first (TypeError or ValueError naming ``where`` and what is wrong); nnkit's global
+    generator is not touched (``nnkit.load`` checks a saved state with it before it assigns
+    anything)."""
+    if not isinstance(state, dict):
+        raise TypeError(f"{where}: state must be the dict get_rng_state() returns, got "
+                        f"{type(state).__name__}")
+    name = state.get("bit_generator")
+    kind = getattr(numpy.random, name, None) if isinstance(name, str) else None
+    if not (isinstance(kind, type) and issubclass(kind, numpy.random.BitGenerator)):
+        raise ValueError(f"{where}: state['bit_generator'] must name a NumPy bit generator "
+                         f"such as 'PCG64', got {name!r}")
+    try:
+        bit_generator = kind()
+    except NotImplementedError:
+        raise ValueError(f"{where}: state['bit_generator'] names {name}, which is a base "
+                         "class, not a bit generator") from None
+    _check_same_layout(where, "state", state, bit_generator.state)
+    try:
+        bit_generator.state = copy.deepcopy(state)
+    except (TypeError, ValueError, KeyError, OverflowError) as error:
+        raise ValueError(f"{where}: NumPy's {name} refuses the state "
+                         f"({type(error).__name__}: {error})") from None
+    return numpy.random.Generator(bit_generator)
+
+
+def _check_same_layout(where, label, state, fresh):
+    """Raise ValueError naming the first entry of ``state`` whose keys or kind differ from
+    those of a fresh generator's state ``fresh`` (a float where NumPy keeps an int would be
+    truncated, not refused)."""
+    if isinstance(fresh, dict):
+        if not isinstance(state, dict):
+            raise ValueError(f"{where}: {label} must be a dict, got {type(state).__name__}")
+        if state.keys() != fresh.keys():
+            raise ValueError(f"{where}: {label} must have the keys {sorted(fresh)}, got "
+                             f"{sorted(state)}")
+        for key in fresh:
+            _check_same_layout(where, f"{label}[{key!r}]", state[key], fresh[key])
+    elif isinstance(fresh, numpy.ndarray):        # (MT19937's key; JSON gives a list)
+        if numpy.asarray(state).dtype.kind not in "iu" or numpy.shape(state) != fresh.shape:
+            raise ValueError(f"{where}: {label} must be {fresh.shape[0]} integers")
+    elif isinstance(fresh, int) and not checks.is_integer(state):
+        raise ValueError(f"{where}: {label} must be an int, got {type(state).__name__} "
+                         f"{state!r}")
 
 
 def rng(xp=numpy):

@@ -218,6 +218,7 @@ def equality(folder):
     model, optimizer, trainer = train_mlp(True, hooks=[norms, bar, saver, epochs])
     arrays, numbers = state(model, optimizer)
     numbers.update(history=history(trainer), steps=trainer.steps, best_epoch=saver.best_epoch,
+                   samples=trainer.history["samples"],
                    root_only_epochs=epochs.seen, gradient_norms=norms.norms)
     sequence_model, sequence_optimizer, sequence_trainer = train_sequences(True)
     more, counts = state(sequence_model, sequence_optimizer)
@@ -258,6 +259,75 @@ def resume(folder):
               **{f"straight.{k}": v for k, v in straight.items()},
               **{f"resumed.{k}": v for k, v in resumed.items()}}
     _write(folder, "resume", arrays, {"straight": straight_counts, "resumed": resumed_counts})
+
+
+def resume_random_first(folder):
+    """tests/test_resume.py's training (Dropout, shuffled minibatches, a schedule) under
+    DataParallel, each rank seeded differently: 4 epochs straight; then from the same seeds 2
+    epochs, and rank 0 saves with every rank's generator state."""
+    from tests import test_resume
+    model, optimizer, schedule, trainer, batches = test_resume.build(5 + dist.rank(), True)
+    trainer.fit(batches, epochs=test_resume.EPOCHS)
+    arrays, numbers = test_resume.outcome(model, optimizer, trainer)
+    model, optimizer, schedule, trainer, batches = test_resume.build(5 + dist.rank(), True)
+    trainer.fit(batches, epochs=2)
+    states = dist.rng_states()
+    if dist.rank() == 0:
+        nn.save(pathlib.Path(folder) / "resume_random.npz", model, optimizer=optimizer,
+                schedule=schedule, trainer=trainer, rng=states)
+    _write(folder, "resume_random_first", arrays, numbers)
+
+
+def resume_random_rest(folder):
+    """Fresh processes (other seeds): every rank loads the checkpoint, its own generator state
+    included, and trains the last 2 epochs."""
+    from tests import test_resume
+    model, optimizer, schedule, trainer, batches = test_resume.build(99 + dist.rank(), True)
+    nn.load(pathlib.Path(folder) / "resume_random.npz", model, optimizer=optimizer,
+            schedule=schedule, trainer=trainer, rng=True)
+    trainer.fit(batches, epochs=test_resume.EPOCHS - 2)
+    _write(folder, "resume_random_rest", *test_resume.outcome(model, optimizer, trainer))
+
+
+def unlike_weights(folder):
+    """A hand-written loop whose ranks build their model from different seeds and never call
+    broadcast_vars: the first allreduce_grads raises on every rank. Then, from equal weights,
+    one rank's parameter drifts before the second loop's 2nd call: with
+    check_parameters_every(3) the process's calls 1, 4, 7, ... check, so its 3rd raises."""
+    X, y = mlp_data()[0][0]
+    errors = {}
+
+    def train(model, steps, drift_at=None):
+        optimizer = nn.GD(model.vars, lr=0.1)
+        for number in range(1, steps + 1):
+            if number == drift_at and dist.rank() == 1:
+                model.vars[-1].data = model.vars[-1].data + 1e-3
+            nn.SoftmaxCELoss(model(nn.NetVar(dist.shard(X), requires_grad=False)),
+                             dist.shard(y)).back()
+            try:
+                dist.allreduce_grads(model, weight=len(dist.shard(X)))
+            except ValueError as error:
+                return number, str(error)
+            optimizer.step()
+        return None, None
+
+    nn.seed(dist.rank())
+    model = nn.layers.Sequential(nn.layers.Linear(5, 4), nn.Tanh, nn.layers.Linear(4, 3))
+    errors["seeds"] = train(model, 3)
+    nn.seed(0)
+    model = nn.layers.Sequential(nn.layers.Linear(5, 4), nn.Tanh, nn.layers.Linear(4, 3))
+    before = dist.check_parameters_every()
+    dist.check_parameters_every(3)
+    try:
+        errors["drift"] = train(model, 6, drift_at=2)
+        dist.check_parameters_every(0)
+        nn.seed(dist.rank())
+        model = nn.layers.Sequential(nn.layers.Linear(5, 4), nn.Tanh, nn.layers.Linear(4, 3))
+        errors["unchecked"] = train(model, 2)
+    finally:
+        dist.check_parameters_every(before)
+    errors["default"] = before
+    _write(folder, "unlike_weights", {}, errors)
 
 
 class _Counting:
@@ -575,7 +645,9 @@ def early_failure(folder):
     dist.barrier()
 
 
-SCENARIOS = {f.__name__: f for f in (equality, resume, collectives, failing_rank,
+SCENARIOS = {f.__name__: f for f in (equality, resume, resume_random_first,
+                                     resume_random_rest, unlike_weights, collectives,
+                                     failing_rank,
                                      uneven_batches, unlike_fits, gpu_equality, early_failure)}
 
 

@@ -295,7 +295,7 @@ def test_shards_on_n_ranks_train_as_one_process_on_the_whole_batches(equality, o
             for key, values in numbers[name].items():
                 np.testing.assert_allclose(values, reference_numbers[name][key], rtol=1e-10,
                                            err_msg=f"{name}[{key}]")
-        assert numbers["history"]["samples"] == [24.0] * 3
+        assert numbers["samples"] == [24] * 3 and all(type(n) is int for n in numbers["samples"])
         np.testing.assert_allclose(numbers["gradient_norms"],     # what the hooks saw
                                    reference_numbers["gradient_norms"], rtol=1e-10)
 
@@ -332,6 +332,56 @@ def test_a_checkpoint_from_rank_0_resumes_bit_identically_and_loads_in_one_proce
     assert loaded.keys() == saved.keys()
     for key in saved:
         assert np.array_equal(loaded[key], saved[key]), key
+
+
+@needs_mpi
+def test_a_random_run_resumed_on_2_ranks_in_fresh_processes_is_bit_identical(
+        tmp_path_factory):
+    """Dropout (each rank its own stream), minibatches shuffled by rank 0's generator and a
+    schedule: saved at epoch 2 of 4 with every rank's generator state, resumed by new
+    processes seeded otherwise. Without the ranks' states the resumed arrays all differed."""
+    status, output, folder = _launch(tmp_path_factory, 2, "resume_random_first")
+    assert status == 0, output[-3000:]
+    status, output = scenarios.run_scenario(2, "resume_random_rest", folder, TIMEOUT)
+    assert status == 0, output[-3000:]
+    straight = scenarios.results(folder, "resume_random_first", 2)
+    resumed = scenarios.results(folder, "resume_random_rest", 2)
+    for (arrays, numbers), (expected_arrays, expected) in zip(resumed, straight):
+        assert arrays.keys() == expected_arrays.keys() and len(arrays) == 12
+        differing = [k for k in arrays if not np.array_equal(arrays[k], expected_arrays[k])]
+        assert differing == [], f"{len(differing)} of {len(arrays)} arrays differ: {differing}"
+        assert numbers == expected                # logs, lr, counts, this rank's generator
+    assert straight[0][1]["rng"] != straight[1][1]["rng"]        # two streams, each resumed
+
+
+@needs_mpi
+def test_ranks_whose_parameters_differ_all_raise_naming_the_first(tmp_path_factory):
+    # a hand-written loop without broadcast_vars trained a different model on each rank and
+    # ended with status 0
+    status, output, folder = _launch(tmp_path_factory, 2, "unlike_weights")
+    assert status == 0, output[-3000:]
+    for _, errors in scenarios.results(folder, "unlike_weights", 2):
+        step, message = errors["seeds"]
+        assert step == 1
+        assert ("allreduce_grads: the ranks hold different values of parameter 0 "
+                "('layers.0.W', float32 (5, 4)): rank 1's differs from rank 0's (2 of 4 "
+                "parameters differ)") in message
+        assert "dist.broadcast_vars(model)" in message
+        # calls 1 (the loop above), 4, 7 ... of the process check: the drift made before the
+        # second loop's 2nd step (call 3) is seen at its 3rd (call 4)
+        step, message = errors["drift"]
+        assert step == 3 and "parameter 3 ('layers.2.b', float32 (1, 3))" in message
+        assert "(1 of 4 parameters differ)" in message
+        assert errors["unchecked"] == [None, None] and errors["default"] == 100
+
+
+def test_check_parameters_every_takes_a_count(alone):
+    assert dist.check_parameters_every() == 100
+    with pytest.raises(TypeError, match="check_parameters_every: calls must be an int"):
+        dist.check_parameters_every(2.5)
+    with pytest.raises(ValueError, match="check_parameters_every: calls"):
+        dist.check_parameters_every(-1)
+    assert dist.check_parameters_every() == 100
 
 
 @pytest.fixture(scope="module")
@@ -376,10 +426,12 @@ def test_allreduce_grads_weights_and_packs_one_call_per_dtype(collectives):
     parameters W, b and two without gradients on some or all ranks travel in one call, the
     float32 one in another. A gradient is let go once it is packed, before the call that
     reduces it (freed before MPI's own temporary buffer, its memory is reused; freed after, the
-    heap is given back to the system and faulted in again next step: W9 ran at 41-74 %)."""
+    heap is given back to the system and faulted in again next step: W9 ran at 41-74 %).
+    Being the process's first call, it first compares the ranks' parameters: two small int64
+    all-reduces (their shapes, then their checksums), before any gradient is let go."""
     for arrays, numbers in collectives[0]:
-        assert numbers["grad_calls"] == ["float64", "float64", "float32"]
-        assert numbers["grads_alive_at_calls"] == [3, 1, 0]     # (W64, W32, b64 watched)
+        assert numbers["grad_calls"] == ["int64", "int64", "float64", "float64", "float32"]
+        assert numbers["grads_alive_at_calls"] == [3, 3, 3, 1, 0]   # (W64, W32, b64 watched)
         assert np.allclose(arrays["g_W64"], (1 * 1 + 2 * 2 + 3 * 3) / 6)
         assert np.allclose(arrays["g_b64"], 2 * (1 * 1 + 2 * 2 + 3 * 3) / 6)
         assert numbers["g_W32_dtype"] == "float32" and np.allclose(arrays["g_W32"], 14 / 6)
@@ -533,6 +585,25 @@ def test_a_batch_whose_every_target_is_ignored_trains_as_without_data_parallel(a
     p.g = np.ones((1, 2))
     with pytest.raises(ValueError, match="every rank gave weight 0"):
         dist.allreduce_grads([p], weight=0)
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["plain", "data-parallel"])
+def test_samples_counts_rows_or_valid_positions_as_an_int(alone, parallel):
+    # a float mask made it a float on one process, and the sum over ranks one on two
+    x = np.random.default_rng(0).standard_normal((6, 3))
+    labels = np.array([0, 1, 2, 0, 1, 2])
+    mask = np.array([1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    model = nn.layers.Linear(3, 3, seed=0)
+
+    def step(batch):
+        z = model(batch[0])
+        return nn.SoftmaxCELoss(z, batch[1]), z, batch[1], batch[2]
+
+    hooks = [dist.DataParallel(model)] if parallel else []
+    trainer = nn.Trainer(step, nn.GD(model.vars, lr=0.1), hooks=hooks)
+    trainer.fit([(x[:3], labels[:3], mask[:3]), (x[3:], labels[3:], mask[3:])], epochs=2)
+    assert trainer.history["samples"] == [4, 4]
+    assert all(type(n) is int for n in trainer.history["samples"])
 
 
 def test_data_parallel_refuses_an_empty_validation_set_before_training(alone):

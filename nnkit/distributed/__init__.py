@@ -19,9 +19,13 @@ The functions, for a hand-written loop:
   Module's buffers);
 - ``allreduce_grads(params, average=True, weight=None)``: the gradients summed (or averaged)
   over the ranks, packed into one contiguous buffer per dtype and reduced in one call each;
+  its first call and every 100th (``check_parameters_every(n)``) check that the ranks hold
+  the same parameter values, raising on every rank otherwise;
 - ``allreduce(value, op="sum")`` and ``broadcast(value, root=0)``: numbers and arrays, for
   metrics;
-- ``shard(sequence_or_count)``: this rank's contiguous, balanced share.
+- ``shard(sequence_or_count)``: this rank's contiguous, balanced share;
+- ``rng_states()``: every rank's random generator state, for a checkpoint that resumes each
+  rank's stream (``nn.save(..., rng=dist.rng_states())``).
 
 **Loss normalisation.** Every nnkit loss is a mean over its batch. Rank k's shard has n_k of
 the batch's B = Σ n_k rows (or valid positions), so its loss L_k is a mean over n_k and the loss
@@ -46,9 +50,11 @@ directly; otherwise the buffer makes one copy to the host and one back per step.
 step synchronises with the GPU once, since MPI needs the gradients complete. float16 data is
 reduced in float32.
 """
-__all__ = ['rank', 'size', 'barrier', 'broadcast_vars', 'allreduce_grads', 'allreduce',
-           'broadcast', 'shard', 'DataParallel']
+__all__ = ['rank', 'size', 'barrier', 'broadcast_vars', 'allreduce_grads',
+           'check_parameters_every', 'allreduce', 'broadcast', 'shard', 'rng_states',
+           'DataParallel']
 
-from .collectives import allreduce, allreduce_grads, broadcast, broadcast_vars, shard
+from .collectives import (allreduce, allreduce_grads, broadcast, broadcast_vars,
+                          check_parameters_every, rng_states, shard)
 from .connection import barrier, rank, size
 from .parallel import DataParallel

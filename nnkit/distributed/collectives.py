@@ -126,14 +126,24 @@ def allreduce_grads(params, average=True, weight=None, allow_empty=False):
     on every rank, or with ``allow_empty=True`` (a batch that counts for nothing, such as one
     whose every target is ignored: ``DataParallel`` passes it) sets every gradient to 0, as
     the mean loss over nothing has. No-op in one process otherwise.
+
+    The ranks must hold the same parameter values (``broadcast_vars`` once the model is built;
+    ``DataParallel`` does it when fit starts): averaged gradients applied to different weights
+    would train a different model on each rank. The first call, and then every
+    ``check_parameters_every()``-th (100 by default), compares a checksum of every parameter
+    over the ranks (the sum of its bytes read as integers, and one small all-reduce) and
+    raises ValueError on every rank, naming the first parameter that differs, before any
+    gradient is changed.
     """
     where = "allreduce_grads"
     checks.flag(where, "average", average)
     if weight is not None:
         weight = checks.in_range(where, "weight", weight, 0)
-    params = [owner for _, owner in _collect(where, params, buffers=False)]
+    given, params = params, [owner for _, owner in _collect(where, params, buffers=False)]
     comm = _communicator()
     ranks = comm.Get_size()
+    if ranks > 1:
+        _check_parameters_alike(where, comm, params, given)
     mine = 1.0 if weight is None else weight
     scale = mine
     if average:
@@ -186,6 +196,80 @@ def allreduce_grads(params, average=True, weight=None, allow_empty=False):
             if flag:                 # (the setter takes the view as it is, cast to p's dtype)
                 p.g = buffer[offset:offset + size_].reshape(p.shape)
             offset += size_
+
+
+_check_every = 100      # see check_parameters_every
+_calls = 0              # allreduce_grads calls over several processes so far
+
+
+def check_parameters_every(calls=None):
+    """How often ``allreduce_grads`` compares the ranks' parameters: at its first call, then
+    every ``calls``-th (100 by default; 1: every call; 0: never). Returns the setting (the new
+    one when ``calls`` is given). Set it alike on every rank: the check is a collective.
+
+    A check costs one pass over every parameter and two small all-reduces: about 2 ms for the
+    7.5 MB of W9's MLP, against a 40 ms step, so 0.02 ms per step at every 100th."""
+    global _check_every
+    if calls is not None:
+        _check_every = checks.count("check_parameters_every", "calls", calls)
+    return _check_every
+
+
+def _check_parameters_alike(where, comm, params, given):
+    """Raise ValueError on every rank when the ranks' parameters differ (see
+    ``allreduce_grads``): at the first call, then every ``_check_every``-th."""
+    global _calls
+    _calls += 1
+    if _check_every == 0 or (_calls - 1) % _check_every:
+        return
+    arrays = [p.data for p in params]
+    _check_same_everywhere(where, comm, _signature(arrays), "parameters (shapes or dtypes)")
+    codes = numpy.array([_checksum(a) for a in arrays], dtype=numpy.int64)
+    low_high = numpy.concatenate([-codes, codes])
+    comm.Allreduce(connection._MPI.IN_PLACE, low_high, op=connection._MPI.MAX)
+    differ = numpy.flatnonzero(-low_high[:len(codes)] != low_high[len(codes):])
+    if len(differ) == 0:
+        return
+    first = int(differ[0])
+    values = comm.allgather(int(codes[first]))
+    other = next(r for r, code in enumerate(values) if code != values[0])
+    p = params[first]
+    raise ValueError(f"{where}: the ranks hold different values of parameter {first} "
+                     f"({_parameter_name(given, p)}, {p.dtype} {p.shape}): rank {other}'s "
+                     f"differs from rank 0's ({len(differ)} of {len(params)} parameters "
+                     "differ); averaged gradients would train a different model on each rank. "
+                     "Give every rank rank 0's values once the model is built: "
+                     "dist.broadcast_vars(model) (DataParallel does it when fit starts)")
+
+
+def _checksum(array):
+    """The sum of ``array``'s bytes read as unsigned words of its item size, modulo 2**62
+    (fits an int64 and its negation): any change of one element changes it (a swap of two does
+    not). Computed where the array lives (on a GPU, one number comes back); about 5 times
+    cheaper than a CRC of the bytes on the host."""
+    xp = backend.array_module(array)
+    words = xp.ascontiguousarray(array).reshape(-1).view(f"u{min(array.dtype.itemsize, 8)}")
+    return int(words.sum(dtype=numpy.uint64)) & (2 ** 62 - 1)
+
+
+def _parameter_name(params, p):
+    """The dotted name of parameter ``p`` in ``params`` (a Module, or a list or dict of
+    parameters and Modules, as ``allreduce_grads`` takes), or its description."""
+    def names(value, prefix):
+        if isinstance(value, NetVar):
+            yield prefix or "params", value
+        elif hasattr(value, "named_vars"):
+            for name, q in value.named_vars().items():
+                yield f"{prefix}.{name}" if prefix else name, q
+        elif isinstance(value, collections.abc.Mapping):
+            for key, item in value.items():
+                yield from names(item, f"{prefix}.{key}" if prefix else str(key))
+        elif isinstance(value, (list, tuple)):
+            for position, item in enumerate(value):
+                yield from names(item, f"{prefix}[{position}]" if prefix else
+                                 f"params[{position}]")
+    found = next((name for name, q in names(params, "") if q is p), None)
+    return f"'{found}'" if found else p._describe()
 
 
 def _value_array(where, value):
@@ -269,6 +353,18 @@ def broadcast(value, root=0):
         result = _broadcast_in_place(comm, result, root)
     result = result.reshape(array.shape)
     return result.item() if number else result
+
+
+def rng_states():
+    """Every rank's random generator state (``nnkit.get_rng_state()``), as a list by rank, on
+    every rank: call it on every rank (it is a collective), and give it to ``nnkit.save(...,
+    rng=...)`` on the rank that saves, so that ``nnkit.load(..., rng=True)`` on every rank
+    gives each its own stream back (its dropout masks; the shuffles of ``minibatches(...,
+    shard=True)`` are rank 0's). In one process: ``[nnkit.get_rng_state()]``.
+    """
+    comm = _communicator()
+    state = backend.get_rng_state()
+    return [state] if comm.Get_size() == 1 else comm.allgather(state)
 
 
 def _bounds(n, rank, size):

@@ -38,6 +38,12 @@ reason, with ``args`` null: saving works, rebuilding refuses. Loading maps op na
 registry of nnkit's public op classes (``ops=`` adds your own) and reads with
 ``numpy.load(..., allow_pickle=False)``.
 
+What resuming needs besides, each optional and absent from older files (which load as before):
+``schedule`` and ``trainer``, each ``{"type": class name, "state": its state_dict()}``, and
+``rng``, the random generator states of the ranks that saved (``[get_rng_state()]`` in one
+process), all plain JSON; ``load`` restores each only when asked (``schedule=``, ``trainer=``,
+``rng=True``), checked before anything is assigned (see docs/resuming.md).
+
 Version 1 files (nnkit before Modules) still load. Version 1 had no buffers and named an FFN's
 parameters ``<entry>.<Op>.<argument>`` (``0.Multiply.1``; ``2.FFN.0.Multiply.1`` inside a nested
 FFN): loading one into an FFN maps those names onto the model's parameters, and dicts and lists

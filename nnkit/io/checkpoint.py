@@ -8,6 +8,7 @@ import numpy
 
 from .. import backend
 from ..core import NetOp
+from ..distributed import rank, size
 from .fileformat import (FORMAT, META_KEY, VERSION, CheckpointError, _atomic_write,
                          _check_arrays, _check_keys, _few, _plain, _read, _Reader,
                          _saved_arrays, _Writer)
@@ -20,7 +21,7 @@ Checkpoint = namedtuple("Checkpoint", "model extra")
 Checkpoint.__doc__ = """What ``load`` returns: the model (given or rebuilt) and the ``extra`` data."""
 
 
-def save(path, model, optimizer=None, extra=None):
+def save(path, model, optimizer=None, extra=None, *, schedule=None, trainer=None, rng=True):
     """Write ``model``'s parameters and buffers (and ``optimizer``'s state, and ``extra``) to
     ``path``, one ``.npz``; returns path.
 
@@ -32,6 +33,14 @@ def save(path, model, optimizer=None, extra=None):
     options and per-parameter state are saved by parameter name. ``extra`` is any JSON-able
     data (epoch, metrics, ...): dicts with string keys, lists, strings, numbers (NumPy numbers
     become Python numbers; tuples come back as lists).
+
+    What resuming a training needs besides (``load`` restores each when given the same
+    keyword; see docs/resuming.md): ``schedule``, a learning-rate schedule (its count and base
+    rates); ``trainer``, a Trainer (its epoch, steps and History); ``rng``, nnkit's random
+    generator (dropout masks, shuffles): True (the default) stores this process's state
+    (``nnkit.get_rng_state()``), False none, and a list of states one per rank
+    (``nnkit.distributed.rng_states()``, called on every rank) every rank's, for a
+    data-parallel job saved by one rank.
 
     The write is atomic. Everything is checked before the file is written, so a refused save
     leaves an existing checkpoint as it was: TypeError for a model, a part of a model or
@@ -58,6 +67,7 @@ def save(path, model, optimizer=None, extra=None):
             "optimizer": None, "extra": _plain(extra)}
     if optimizer is not None:
         meta["optimizer"] = _encode_optimizer(optimizer, model_.params, writer)
+    meta.update(_encode_resume(schedule, trainer, rng))
     try:
         text = json.dumps(meta)
     except (TypeError, ValueError) as error:
@@ -99,7 +109,8 @@ def _encode_optimizer(optimizer, params, writer):
                       for entry in state["state"]]}
 
 
-def load(path, model=None, optimizer=None, ops=None):
+def load(path, model=None, optimizer=None, ops=None, *, schedule=None, trainer=None,
+         rng=False):
     """Read a checkpoint; returns ``Checkpoint(model, extra)``.
 
     With ``model`` (whatever ``save`` takes: a Module, nested or not, an FFN, a dict or list
@@ -118,6 +129,15 @@ def load(path, model=None, optimizer=None, ops=None):
     any other model cannot be rebuilt from data and is refused (CheckpointError naming it).
     ``ops`` maps extra op names to classes for user ops in a topology.
 
+    To resume a training exactly, give what ``save`` stored besides: ``schedule`` gets its
+    count and base rates (after the optimizer its options), ``trainer`` its epoch, steps and
+    History, and ``rng=True`` sets nnkit's random generator to the saved state (this rank's,
+    for a file that holds every rank's). ``rng`` is False by default: loading weights, to
+    evaluate or to fine-tune, leaves the program's random stream alone. Each raises
+    CheckpointError, before anything is changed, when the file does not hold it (older files,
+    ``rng=False`` at save), or holds one that does not fit (another kind of schedule, another
+    number of ranks).
+
     Version 1 files (before Modules) load too. Raises ``FileNotFoundError`` for a missing file
     and ``CheckpointError`` for a corrupted, truncated or mismatching one, naming the first
     difference; nothing is changed then (parameters, buffers, gradients, optimizer).
@@ -134,9 +154,11 @@ def load(path, model=None, optimizer=None, ops=None):
             if not (isinstance(op, type) and issubclass(op, NetOp)):
                 raise TypeError(f"load: ops[{name!r}] is {type(op).__name__} "
                                 f"{getattr(op, '__name__', op)}, not an op class")
+    _check_resume_arguments(schedule, trainer, rng)
     arrays, meta = _read(path)
     version = meta["version"]
     try:
+        resume = _resume_state(path, meta, schedule, trainer, rng)
         source = _Reader(path, arrays)
         params = _saved_arrays(path, meta["params"], "parameter", source)
         buffers = _saved_arrays(path, meta["buffers"], "buffer", source) if version >= 2 else {}
@@ -144,8 +166,9 @@ def load(path, model=None, optimizer=None, ops=None):
             if optimizer is not None:
                 raise CheckpointError(f"load: '{path}': give the model whose parameters the "
                                       "optimizer updates")
-            return Checkpoint(_rebuild(path, meta, params, buffers, source, ops),
-                              meta.get("extra"))
+            rebuilt = _rebuild(path, meta, params, buffers, source, ops)
+            _restore(resume)
+            return Checkpoint(rebuilt, meta.get("extra"))
         names = _file_names(model, target.params, version)    # model name -> name in the file
         if _has_topology(model) and meta.get("topology") is not None:
             # an FFN's constants that an older file holds only in its topology
@@ -172,6 +195,7 @@ def load(path, model=None, optimizer=None, ops=None):
         raise CheckpointError(f"load: '{path}' does not fit the model: {error}") from None
     if state is not None:
         optimizer.load_state_dict(state)
+    _restore(resume)
     return Checkpoint(model, meta.get("extra"))
 
 
@@ -205,3 +229,103 @@ def _optimizer_state(path, meta, source, optimizer, names):
     except ValueError as error:
         raise CheckpointError(f"load: '{path}': {error}") from None
     return state
+
+
+# ----------------------------------------------------------------------------- resuming
+# The schedule, the trainer and the random generator: plain data in the JSON description
+# (keys "schedule", "trainer" and "rng", absent from older files), checked with the objects'
+# own check_state_dict before anything is assigned.
+
+_STATEFUL = ("state_dict", "check_state_dict", "load_state_dict")
+
+
+def _check_stateful(value, what, where):
+    if not all(callable(getattr(value, name, None)) for name in _STATEFUL):
+        raise TypeError(f"{where}: {what} must be an nnkit {what} (with state_dict, "
+                        f"check_state_dict and load_state_dict), got {_got(value)}")
+
+
+def _encode_resume(schedule, trainer, rng):
+    """The JSON entries of ``save``'s ``schedule``, ``trainer`` and ``rng`` (checked)."""
+    meta = {}
+    for what, value in (("schedule", schedule), ("trainer", trainer)):
+        if value is not None:
+            _check_stateful(value, what, "save")
+            state = _plain(value.state_dict())
+            _check_keys(state, what)
+            meta[what] = {"type": type(value).__name__, "state": state}
+    if isinstance(rng, (bool, numpy.bool_)):
+        if rng:
+            meta["rng"] = [backend.get_rng_state()]
+    elif isinstance(rng, (list, tuple)) and rng:
+        for position, state in enumerate(rng):
+            backend.generator_from_state(state, f"save: rng[{position}]")
+        meta["rng"] = [_plain(state) for state in rng]
+    else:
+        raise TypeError(f"save: rng must be True (this process's generator state), False or "
+                        f"a list of every rank's (nnkit.distributed.rng_states()), got "
+                        f"{_got(rng)}")
+    return meta
+
+
+def _check_resume_arguments(schedule, trainer, rng):
+    """``load``'s ``schedule``, ``trainer`` and ``rng``, before the file is read."""
+    for what, value in (("schedule", schedule), ("trainer", trainer)):
+        if value is not None:
+            _check_stateful(value, what, "load")
+    if not isinstance(rng, (bool, numpy.bool_)):
+        raise TypeError(f"load: rng must be True or False, got {_got(rng)}")
+
+
+def _resume_state(path, meta, schedule, trainer, rng):
+    """``([(object, state)], generator or None)``: what to restore, each checked against the
+    file (CheckpointError naming what is missing or wrong)."""
+    restore = []
+    for what, value in (("schedule", schedule), ("trainer", trainer)):
+        if value is None:
+            continue
+        saved = meta.get(what)
+        if saved is None:
+            raise CheckpointError(f"load: '{path}' has no {what} state (saved without "
+                                  f"{what}=, or by an older nnkit)")
+        if saved.get("type") != type(value).__name__:
+            raise CheckpointError(f"load: '{path}' holds the state of a {saved.get('type')}, "
+                                  f"not of a {type(value).__name__}")
+        state = saved["state"]
+        try:
+            value.check_state_dict(state)
+        except (TypeError, ValueError) as error:
+            raise CheckpointError(f"load: '{path}': its {what} state does not fit: "
+                                  f"{error}") from None
+        restore.append((value, state))
+    generator = None
+    if rng:
+        states = meta.get("rng")
+        if states is None:
+            raise CheckpointError(f"load: '{path}' has no random generator state (saved with "
+                                  "rng=False, or by an older nnkit)")
+        if not isinstance(states, list) or not states:
+            raise CheckpointError(f"load: '{path}' is corrupted: its random generator states "
+                                  f"are {type(states).__name__} {_few([states])}, not a list "
+                                  "of one per rank")
+        if len(states) != size():
+            raise CheckpointError(
+                f"load: '{path}' holds the random generator states of {len(states)} "
+                f"process(es), this job has {size()}: each rank needs its own stream (save "
+                "every rank's with rng=nnkit.distributed.rng_states())")
+        try:
+            generator = backend.generator_from_state(states[rank()], "load")
+        except (TypeError, ValueError) as error:
+            raise CheckpointError(f"load: '{path}': its random generator state is "
+                                  f"corrupted: {error}") from None
+    return restore, generator
+
+
+def _restore(resume):
+    """Assign what ``_resume_state`` checked (after the model and the optimizer: a schedule
+    sets the optimizer's learning rates)."""
+    restore, generator = resume
+    for value, state in restore:
+        value.load_state_dict(state)
+    if generator is not None:
+        backend.set_rng_state(generator.bit_generator.state)

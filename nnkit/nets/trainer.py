@@ -26,7 +26,8 @@ epoch before anything trains.
 
 Each epoch's logs hold ``epoch``, ``loss``, every metric, ``val_loss`` and ``val_<metric>``
 with validation data, ``lr`` (the rate of the epoch's last update), ``samples`` (the rows,
-or valid positions, trained on, whatever weights the loss gives them) and ``time``
+or valid positions, trained on, whatever weights the loss gives them: an int, summed over
+the ranks under DataParallel) and ``time``
 (seconds). ``fit`` returns
 ``trainer.history`` (a ``History``: dict of lists of those logs).
 
@@ -55,6 +56,8 @@ import copy
 import math
 import sys
 import time
+
+import numpy
 
 from .. import backend, checks
 from ..core import NetVar
@@ -124,6 +127,45 @@ class Trainer:
     @property
     def params(self):
         return self.optimizer.params
+
+    def state_dict(self):
+        """What resuming needs of the trainer, as plain data: the epochs and steps trained
+        and the History (``nnkit.save(..., trainer=...)`` stores it with a checkpoint, and
+        ``nnkit.load(..., trainer=...)`` gives it back, so that the next ``fit`` continues
+        the numbering and the History)."""
+        return {"epoch": self.epoch, "steps": self.steps,
+                "history": {key: list(values) for key, values in self.history.items()}}
+
+    def check_state_dict(self, state):
+        """Raise (TypeError or ValueError naming what is wrong) unless ``load_state_dict``
+        would take ``state``; changes nothing."""
+        where = "Trainer.load_state_dict"
+        if not isinstance(state, dict):
+            raise TypeError(f"{where}: expects the dict state_dict() returns, got "
+                            f"{type(state).__name__}")
+        missing = [key for key in ("epoch", "steps", "history") if key not in state]
+        if missing:
+            raise ValueError(f"{where}: the state is missing {missing}")
+        checks.count(where, "epoch", state["epoch"])
+        checks.count(where, "steps", state["steps"])
+        history = state["history"]
+        if not isinstance(history, dict) or not all(
+                isinstance(key, str) and isinstance(values, list)
+                for key, values in history.items()):
+            raise TypeError(f"{where}: history must be a dict of name -> list of values, got "
+                            f"{type(history).__name__}")
+        lengths = {key: len(values) for key, values in history.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{where}: every list of the history holds one entry per epoch "
+                             f"logged; got the lengths {lengths}")
+
+    def load_state_dict(self, state):
+        """Take the epochs, steps and History of ``state`` (see ``state_dict``), checked
+        first: a refused state changes nothing."""
+        self.check_state_dict(state)
+        self.epoch, self.steps = state["epoch"], state["steps"]
+        self.history.clear()
+        self.history.update({key: list(values) for key, values in state["history"].items()})
 
     def stop(self, reason):
         """Ask the trainer to stop (see ``Hook``); ``reason`` is printed once."""
@@ -287,7 +329,7 @@ class Trainer:
             everyone, = self.parallel.sum_epoch(loss_metric, records, self.metrics.values(),
                                                 samples)
             self.parallel.average_buffers(samples, everyone)
-            samples = everyone
+            samples = int(everyone)         # (summed as floats: every rank's count is an int)
         return {"epoch": self.epoch, "loss": loss_metric.value,
                 **{name: metric.value for name, metric in self.metrics.items()},
                 "lr": rate, "samples": samples,
@@ -422,7 +464,8 @@ def _positions(batch, loss, predictions, mask, weighed=True):
     if denominator is not None:               # what the loss itself divided by (Σ wᵢ)
         return float(backend.to_cpu(denominator))
     if mask is not None:
-        return float(backend.to_cpu((mask._data if isinstance(mask, NetVar) else mask).sum()))
+        mask = backend.to_cpu(mask._data if isinstance(mask, NetVar) else mask)
+        return float(mask.sum()) if weighed else int(numpy.count_nonzero(mask))
     if getattr(batch, "weight", None) is not None:        # minibatches' batches carry theirs
         return batch.weight
     if predictions is None and isinstance(loss, Loss) and loss._parents:

@@ -136,16 +136,27 @@ class Schedule:
     def set_factor(self, factor):
         """Set every learning rate to its base times ``factor`` (finite and >= 0)."""
         self._check_groups()
-        if not (checks.is_number(factor) and 0 <= factor < math.inf):
-            raise ValueError(f"{type(self).__name__}: the factor of the base learning rate "
-                             f"must be finite and >= 0, got {factor}")
+        self._check_factor(factor)
         self.optimizer.lr = self.base * factor
         for group, base in zip(self.optimizer.param_groups, self.group_bases):
             if base is not None:
                 group["lr"] = base * factor
 
+    def _check_factor(self, factor):
+        if not (checks.is_number(factor) and 0 <= factor < math.inf):
+            raise ValueError(f"{type(self).__name__}: the factor of the base learning rate "
+                             f"must be finite and >= 0, got {factor}")
+
     def state_dict(self):
+        """The count t and the base learning rates: plain data (``nnkit.save(...,
+        schedule=...)`` stores it with a checkpoint)."""
         return {"t": self.t, "base": self.base, "group_bases": list(self.group_bases)}
+
+    def check_state_dict(self, state):
+        """Raise (TypeError or ValueError naming what is wrong) unless ``load_state_dict``
+        would take ``state``; changes nothing (``nnkit.load`` checks a saved schedule with it
+        before it assigns anything)."""
+        self._checked(state)
 
     def _bases(self, state, where):
         """The saved ``(base, group_bases)``, checked (the current ones for a state saved
@@ -176,18 +187,25 @@ class Schedule:
             raise ValueError(f"{where}: the state is missing {missing}")
         return where
 
-    def load_state_dict(self, state):
+    def _checked(self, state):
+        """``(t, bases, factor)`` of a saved ``state``, checked (see ``check_state_dict``)."""
         where = self._saved(state, "t")
         t = checks.count(where, "t", state["t"])
         bases = self._bases(state, where)
         self._check_groups()
         kept = self.base, self.group_bases
-        self._restore_bases(*bases)
+        self._restore_bases(*bases)            # (a factor may read the base: CosineLR's)
         try:
-            self.set_factor(self._factor(t))
-        except BaseException:
+            factor = self._factor(t)
+        finally:
             self._restore_bases(*kept)
-            raise
+        self._check_factor(factor)
+        return t, bases, factor
+
+    def load_state_dict(self, state):
+        t, bases, factor = self._checked(state)
+        self._restore_bases(*bases)
+        self.set_factor(factor)
         self.t = t
 
 
@@ -314,13 +332,17 @@ class ReduceOnPlateau(Schedule):
     def state_dict(self):
         return {**super().state_dict(), "scale": self.scale, **self.monitor.state_dict()}
 
-    def load_state_dict(self, state):
+    def _checked(self, state):
         where = self._saved(state, "t", "scale", "best", "bad")
         t = checks.count(where, "t", state["t"])
         scale = checks.in_range(where, "scale", state["scale"], 0, 1)
         self.monitor.check_state_dict(state, where)
         bases = self._bases(state, where)
         self._check_groups()
+        return t, bases, scale
+
+    def load_state_dict(self, state):
+        t, bases, scale = self._checked(state)
         self._restore_bases(*bases)
         self.set_factor(scale)
         self.t, self.scale = t, scale

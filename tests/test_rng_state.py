@@ -1,0 +1,83 @@
+"""nnkit.get_rng_state / set_rng_state: the global generator's state as plain data, restored
+exactly, and refused (generator unchanged) when it is not a state."""
+import json
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+from nnkit import backend
+
+
+def draws(count=5):
+    """What nnkit's random users see: a dropout mask and a shuffle from the global stream."""
+    with nn.train_mode():
+        mask = nn.Dropout(nn.NetVar(np.ones((2, count))), p=0.5).data
+    order = next(iter(nn.minibatches([[k] for k in range(count)], batch_size=count)))[0]
+    return mask, order
+
+
+def test_a_state_continues_the_stream_after_a_json_round_trip():
+    nn.seed(11)
+    draws()
+    state = nn.get_rng_state()
+    expected = draws()
+    draws()                                              # the stream moves on
+    nn.set_rng_state(json.loads(json.dumps(state)))      # as read back from a checkpoint
+    again = draws()
+    assert all(np.array_equal(a, b) for a, b in zip(expected, again))
+
+
+def test_the_state_is_a_copy_and_plain_data():
+    nn.seed(2)
+    state = nn.get_rng_state()
+    assert json.loads(json.dumps(state)) == state
+    state["state"]["state"] = 0                          # editing the copy changes nothing
+    assert nn.get_rng_state() != state
+    assert nn.get_rng_state() is not nn.get_rng_state()
+
+
+def test_setting_a_state_forgets_the_gpu_generators(monkeypatch):
+    """They cannot be saved: they are derived again from the restored stream."""
+    monkeypatch.setitem(backend._gpu_rngs, "a CuPy module", object())
+    nn.set_rng_state(nn.get_rng_state())
+    assert backend._gpu_rngs == {}
+
+
+def good():
+    return np.random.PCG64(5).state
+
+
+@pytest.mark.parametrize("state, error, message", [
+    ([1, 2], TypeError, "state must be the dict get_rng_state() returns, got list"),
+    ({**good(), "bit_generator": "Nope"}, ValueError,
+     "state['bit_generator'] must name a NumPy bit generator such as 'PCG64', got 'Nope'"),
+    ({**good(), "bit_generator": "BitGenerator"}, ValueError, "is a base class"),
+    ({k: v for k, v in good().items() if k != "uinteger"}, ValueError,
+     "state must have the keys ['bit_generator', 'has_uint32', 'state', 'uinteger']"),
+    ({**good(), "state": {"state": 1.5, "inc": 3}}, ValueError,
+     "state['state']['state'] must be an int, got float 1.5"),
+    ({**good(), "state": {"state": 1, "inc": True}}, ValueError,
+     "state['state']['inc'] must be an int, got bool True"),
+    ({**good(), "state": {"state": -1, "inc": 3}}, ValueError, "NumPy's PCG64 refuses the state"),
+    ({**good(), "bit_generator": "MT19937"}, ValueError,
+     "state must have the keys ['bit_generator', 'state']"),
+], ids=["list", "unknown-generator", "base-class", "missing-key", "float", "bool",
+        "negative", "another-generators-layout"])
+def test_a_wrong_state_is_refused_and_the_generator_is_unchanged(state, error, message):
+    nn.seed(7)
+    before = nn.get_rng_state()
+    with pytest.raises(error) as caught:
+        nn.set_rng_state(state)
+    assert message in str(caught.value) and "set_rng_state" in str(caught.value)
+    assert nn.get_rng_state() == before
+
+
+def test_another_bit_generators_state_is_taken():
+    state = np.random.MT19937(1).state
+    state["state"]["key"] = state["state"]["key"].tolist()      # as JSON gives it back
+    nn.set_rng_state(state)
+    try:
+        assert backend.rng().random() == np.random.Generator(np.random.MT19937(1)).random()
+    finally:
+        nn.seed(0)
