@@ -5,6 +5,8 @@ import inspect
 import pathlib
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -65,6 +67,16 @@ def test_every_guide_page_is_in_the_site_and_linked_from_the_home_page():
         assert page.name in nav, f"docs/{page.name} is missing from the nav of mkdocs.yml"
         if page.name != "index.md":
             assert f"]({page.name})" in home, f"docs/index.md does not link to {page.name}"
+
+
+def test_the_site_builds_without_a_warning(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    # Not --quiet: it hides the warnings from --strict (mkdocs#4126), and a broken link would pass.
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)],
+                           cwd=ROOT, capture_output=True, text=True)
+    warnings = [line for line in build.stderr.splitlines() if "WARNING" in line]
+    assert build.returncode == 0 and not warnings, build.stderr[-3000:]
 
 
 def load_hooks():
