@@ -21,3 +21,11 @@ def test_the_readme_stays_a_front_page():
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", README))
     guide = {page.name for page in (ROOT / "docs").glob("*.md")} - {"index.md", "contributing.md"}
     assert guide <= linked, f"README.md does not link to {sorted(guide - linked)}"
+
+
+def test_the_readme_shows_the_performance_pages_benchmark_table():
+    def table(text):
+        return [line for line in text.splitlines() if line.startswith("| W") or line.startswith("| workload")]
+    page = table((ROOT / "docs" / "performance.md").read_text())
+    assert page and table(README) == page, \
+        "update the benchmark table in README.md and docs/performance.md together"
