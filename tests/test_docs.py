@@ -73,8 +73,8 @@ def test_the_site_builds_without_a_warning(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings")
     # Not --quiet: it hides the warnings from --strict (mkdocs#4126), and a broken link would pass.
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)],
-                           cwd=ROOT, capture_output=True, text=True)
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)]
+    build = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     warnings = [line for line in build.stderr.splitlines() if "WARNING" in line]
     assert build.returncode == 0 and not warnings, build.stderr[-3000:]
 

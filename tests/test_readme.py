@@ -17,7 +17,8 @@ def test_ci_runs_the_readme_test_command():
 
 def test_the_readme_stays_a_front_page():
     # The guide lives in docs/; the README says what nnkit is, how to start, and where to read on.
-    assert len(README.splitlines()) <= 300, "README.md is a front page: move the guide text to docs/"
+    assert len(README.splitlines()) <= 300, \
+        "README.md is a front page: move the guide text to docs/"
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", README))
     guide = {page.name for page in (ROOT / "docs").glob("*.md")} - {"index.md", "contributing.md"}
     assert guide <= linked, f"README.md does not link to {sorted(guide - linked)}"
@@ -25,7 +26,7 @@ def test_the_readme_stays_a_front_page():
 
 def test_the_readme_shows_the_performance_pages_benchmark_table():
     def table(text):
-        return [line for line in text.splitlines() if line.startswith("| W") or line.startswith("| workload")]
+        return [line for line in text.splitlines() if line.startswith(("| W", "| workload"))]
     page = table((ROOT / "docs" / "performance.md").read_text())
     assert page and table(README) == page, \
         "update the benchmark table in README.md and docs/performance.md together"
