@@ -1,18 +1,82 @@
-"""The API reference covers every public name, and every public name has a docstring."""
+"""The docs: every snippet of README.md and docs/*.md runs, every guide page is in the site and
+linked from its home page, the API reference covers every public name, and every public name has
+a docstring."""
 import inspect
 import pathlib
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 import nnkit
+from tests import snippets
 from tests.test_viz import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Public callables that had no docstring when this test was written (their modules belong to
 # others); a name missing from here and from the docs fails the test.
 KNOWN_UNDOCUMENTED = set()
+
+
+@pytest.mark.parametrize("page", snippets.pages(), ids=snippets.shown)
+def test_page_snippets_run(page, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)          # a snippet that writes a file (SaveBest) writes it here
+    dtype = nnkit.get_dtype()
+    try:
+        snippets.run_page(page)
+    finally:
+        nnkit.set_dtype(dtype)
+
+
+def test_a_broken_snippet_fails_naming_its_page_and_line(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A page\n\n```python\nvalue = 1\n```\n\nText.\n\n```python\n"
+                    "assert value == 1\nvalue.missing\n```\n")
+    with pytest.raises(AttributeError) as caught:
+        snippets.run_page(page)
+    assert (caught.traceback[-1].path.name, caught.traceback[-1].lineno + 1) == ("page.md", 11)
+
+
+def test_a_block_marked_not_run_is_skipped_and_a_mistyped_fence_is_refused(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- not run: a fragment -->\n```python\n    def _back(self, x):\n"
+                    "        raise AssertionError\n```\n```python\nran = True\n```\n")
+    assert snippets.run_page(page)["ran"]
+    page.write_text("<!-- not run -->\n```python\npass\n```\n")
+    with pytest.raises(AssertionError, match="page.md:1: write <!-- not run: the reason -->"):
+        snippets.run_page(page)
+    page.write_text("Text.\n\n```py\nraise SystemExit\n```\n")
+    with pytest.raises(AssertionError, match="page.md:3: a ```py fence"):
+        snippets.run_page(page)
+
+
+def test_every_not_run_marker_sits_above_a_python_block():
+    for page in snippets.pages():
+        markers = sum(bool(snippets.NOT_RUN.fullmatch(line.strip()))
+                      for line in page.read_text().splitlines())
+        skipped = sum(reason is not None for _, _, reason in snippets.python_blocks(page))
+        assert markers == skipped, f"{snippets.shown(page)}: a not-run marker above no python block"
+
+
+def test_every_guide_page_is_in_the_site_and_linked_from_the_home_page():
+    nav = set(re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), flags=re.M))
+    home = (ROOT / "docs" / "index.md").read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert page.name in nav, f"docs/{page.name} is missing from the nav of mkdocs.yml"
+        if page.name != "index.md":
+            assert f"]({page.name})" in home, f"docs/index.md does not link to {page.name}"
+
+
+def test_the_site_builds_without_a_warning(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    # Not --quiet: it hides the warnings from --strict (mkdocs#4126), and a broken link would pass.
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path)]
+    build = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    warnings = [line for line in build.stderr.splitlines() if "WARNING" in line]
+    assert build.returncode == 0 and not warnings, build.stderr[-3000:]
 
 
 def load_hooks():
