@@ -603,6 +603,7 @@ def test_moving_an_ffn_reaches_weights_in_dicts_and_namedtuples(monkeypatch):
     import collections
     moved = []
     monkeypatch.setattr(nn.NetVar, "to_gpu", lambda node, device=None: moved.append(node) or node)
+    monkeypatch.setattr(nn.backend, "to_gpu", lambda array, device=None: array)   # no GPU here
     Pair = collections.namedtuple("Pair", "w b")
     w, b, v = nn.NetVar(np.ones((2, 2))), nn.NetVar(np.ones((1, 2))), nn.NetVar(np.ones((2, 2)))
     net = nn.FFN((lambda x, p: x @ p["w"] + p["b"], {"w": w, "b": b}),
