@@ -53,6 +53,9 @@ class Module:
     # change it), and so is the model inside itself (it would call itself forever). Else a
     # computed node is the last output the model keeps, and a cycle is walked once.
     members_are_arguments = False
+    # Old dotted name → current one, relative to the module, of what this class once named
+    # otherwise: checkpoints and states written before the rename still load (former_names).
+    renamed = {}
 
     def __call__(self, *args, **keywords):
         return self.forward(*args, **keywords)
@@ -117,15 +120,18 @@ class Module:
                             f"{type(state).__name__}")
         targets = [entry for entry in walk(self, where) if entry[1] != "module"]
         names = [name for name, _, _ in targets]
-        missing = [name for name in names if name not in state]
+        former = former_names(self)         # a state written before a class renamed its parts
+        keys = {name: former[name] if name not in state and former.get(name) in state else name
+                for name in names}
+        missing = [name for name in names if keys[name] not in state]
         if missing:
             raise KeyError(f"{where}: the state has no '{missing[0]}' ({len(missing)} of the "
                            f"model's {len(names)} names missing)")
-        unexpected = [name for name in state if name not in set(names)]
+        unexpected = [key for key in state if key not in set(keys.values())]
         if unexpected:
             raise KeyError(f"{where}: the state has '{unexpected[0]}', which the model does not "
                            f"have ({len(unexpected)} unexpected names)")
-        given = {name: state[name] for name in names}     # an NpzFile reads each array once
+        given = {name: state[keys[name]] for name in names}   # an NpzFile reads each once
         for name, kind, value in targets:
             mine, array = _array(kind, value), given[name]
             if not backend.is_array(array):
@@ -342,6 +348,14 @@ def walk(root, where=None, label="model", descend=True):
 def dotted(prefix, name):
     """``prefix.name``, or ``name`` at the top: how nested names are written."""
     return f"{prefix}.{name}" if prefix else name
+
+
+def former_names(root):
+    """Current dotted name → the name an older nnkit gave it, for the parts of every Module
+    under ``root`` whose class declares ``renamed`` (a SequenceModel's ``rnn.W`` was its
+    ``W``): what ``load_state`` and ``nn.load`` accept in place of the current names."""
+    return {dotted(prefix, new): dotted(prefix, old) for prefix, kind, module in walk(root)
+            if kind == "module" for old, new in type(module).renamed.items()}
 
 
 def _array(kind, value):

@@ -88,7 +88,7 @@ def test_a_nested_module_round_trips_with_its_buffers_and_shared_weight(path):
         meta = json.loads(bytes(archive["__nnkit__"]).decode())
     names = [entry["name"] for entry in meta["params"]]
     assert names[:3] == ["blocks.0.W", "blocks.0.shared", "blocks.1.W"]   # shared: stored once
-    assert "seq.W" in names and "head.b.0" in names
+    assert "seq.rnn.W" in names and "head.b.0" in names
     assert [entry["name"] for entry in meta["buffers"]] == ["bn.running_mean", "bn.running_var"]
 
     fresh = Net(1)                                  # other values, the same structure
@@ -441,7 +441,7 @@ def test_a_mismatching_optimizer_changes_nothing(path, tmp_path):
     with pytest.raises(nn.CheckpointError, match=r"the state is of a Adam optimizer"):
         nn.load(path, net, optimizer=nn.GD(net.vars))
     with pytest.raises(nn.CheckpointError, match=r"the saved optimizer updated parameters .*"
-                                                 r"\(parameter 5: 'seq.W' in the file, none in "
+                                                 r"\(parameter 5: 'seq.rnn.W' in the file, none in "
                                                  r"this one\)"):
         nn.load(path, net, optimizer=nn.Adam(net.vars[:5]))
 
@@ -681,7 +681,8 @@ def test_save_takes_a_bytes_path_and_refuses_a_folder_before_writing(tmp_path):
 # Written by tests/data/make_version2_checkpoints.py with the nnkit of eac902d, before FFN was
 # walked as a Module and SequenceModel was made of layers: one file of each kind nnkit wrote.
 
-V2_SEQUENCE_NAMES = {"table": "table", "W": "W", "R": "R", "b": "b", "Wo": "Wo", "bo": "bo"}
+V2_SEQUENCE_NAMES = {"table": "embedding.table", "W": "rnn.W", "R": "rnn.R", "b": "rnn.b",
+                     "Wo": "head.W", "bo": "head.b"}
 """A version 2 SequenceModel's parameter names -> the names the SequenceModel has now."""
 
 
@@ -826,3 +827,26 @@ def test_a_version_2_dict_of_parameters_with_rmsprop_loads_bit_exact():
     assert sorted(rebuilt) == sorted(flat)
     for name, p in rebuilt.items():
         np.testing.assert_array_equal(p.data, expected[f"param/{name}"], err_msg=name)
+
+
+def test_a_sequence_model_state_with_the_names_before_layers_loads(tmp_path):
+    # state() of a SequenceModel before it was made of layers: table, W, R, b, Wo, bo
+    from tests.data import make_version2_checkpoints as v2
+    expected = _v2_expected("sequence")
+    old = {old: expected[f"param/{old}"] for old in V2_SEQUENCE_NAMES}
+    np.savez(tmp_path / "old.npz", **old)
+    before = _float64()
+    try:
+        model = nn.SequenceModel(**v2.SEQUENCE_SIZES, seed=0)
+    finally:
+        nn.set_dtype(before)
+    with np.load(tmp_path / "old.npz") as archive:
+        model.load_state(archive)
+    for name, new in V2_SEQUENCE_NAMES.items():
+        np.testing.assert_array_equal(model.state()[new], old[name], err_msg=name)
+    with pytest.warns(DeprecationWarning, match=r"SequenceModel.Wo is deprecated: the parameter "
+                                                r"is now model.head.W"):
+        assert model.Wo is model.head.W
+    del old["bo"]
+    with pytest.raises(KeyError, match=r"the state has no 'head.b'"):
+        model.load_state(old)

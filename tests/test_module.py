@@ -252,7 +252,10 @@ def test_ffn_names_its_parameters_by_entry_and_argument_and_saves_batchnorm_stat
 
 def test_sequence_model_is_a_module():
     model = nn.SequenceModel(3, 4, 2, embedding=5, seed=0)
-    assert list(model.named_vars()) == ["table", "W", "R", "b", "Wo", "bo"]
+    assert list(model.named_vars()) == ["embedding.table", "rnn.W", "rnn.R", "rnn.b", "head.W",
+                                        "head.b"]
+    assert isinstance(model.embedding, nn.layers.Embedding)
+    assert isinstance(model.rnn, nn.layers.LSTM) and isinstance(model.head, nn.layers.Linear)
     model(np.zeros((2, 1), dtype=int))
     clone = copy.deepcopy(model)
     assert clone.recurrent is None and clone.output is None
