@@ -51,10 +51,12 @@ LAYERS = [
     ["io.topology"],                    # an FFN's topology as plain data
     ["io.checkpoint"],                  # save and load
     ["io"],
-    ["nets.metrics", "nets.ffn", "nets.sequence"],
-    ["nets.hooks"],
-    ["nets.trainer"],
+    ["nets.ffn", "nets.sequence"],      # networks: the models built from ops and layers
     ["nets"],
+    ["training.metrics"],               # training: the Trainer, its hooks and metrics
+    ["training.hooks"],
+    ["training.trainer"],
+    ["training"],
     # observers and tools over the public API; the engine never imports them
     ["gradcheck", "instrument", "trace"],
     ["viz"],                            # draws graphs and recorded traces
@@ -244,7 +246,6 @@ OTHER_WALKS = {
         "maps an FFN topology's arguments to JSON data keeping their structure (tuple, list)",
     "nets/ffn.py:FFN.tree": "prints each topology entry's op and arguments; a nested model "
                             "prints itself",
-    "nets/trainer.py:_describe": "describes what a step function returned, for an error",
     "training/trainer.py:_describe": "describes what a step function returned, for an error",
 }
 CONTAINERS = {"list", "tuple", "dict", "Mapping", "set", "frozenset"}

@@ -7,6 +7,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetVar
+from ..init import recurrent_weights  # noqa: F401 (its home before nnkit.init)
 from ..layers import GRU, LSTM, RNN, Embedding, Linear
 from ..layers.common import described
 from ..module import Module
