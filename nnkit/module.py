@@ -140,7 +140,8 @@ class Module:
             if tuple(array.shape) != tuple(mine.shape):
                 raise ValueError(f"{where}: '{name}' has shape {tuple(array.shape)} in the state "
                                  f"and {tuple(mine.shape)} in the model")
-            if kind != "buffer" and array.dtype != mine.dtype or array.dtype.kind != mine.dtype.kind:
+            if kind != "buffer" and array.dtype != mine.dtype \
+                    or array.dtype.kind != mine.dtype.kind:
                 raise TypeError(f"{where}: '{name}' has dtype {array.dtype} in the state and "
                                 f"{mine.dtype} in the model")
             owner = value[0] if kind == "buffer" else None
@@ -245,6 +246,9 @@ def _registers(value):
     return isinstance(value, (NetVar, Module)) or _buffer_names(value)
 
 
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
 def _buffer_names(value):
     names = getattr(type(value), "buffers", ())
     return names if names and isinstance(names, tuple) and not isinstance(value, type) else ()
@@ -264,84 +268,104 @@ def walk(root, where=None, label="model", descend=True):
 
     Inside a Module anything else is ignored (numbers, functions, the last output a model
     keeps: a node computed by an op). Refused, naming ``where`` (default: root's class) and the
-    place (``label`` then the path: ``model.blocks[0]``): two things under one name (ValueError),
-    a collection (or a model whose members are arguments) that contains itself (ValueError), layers or parameters held in a set
-    (TypeError: a set has no order to name them by), a node computed by an op among the members
-    of a Module whose ``members_are_arguments`` (FFN's: TypeError) and, in a
-    collection outside every Module, a computed node or anything that is not a NetVar, a Module
-    or a collection of them (TypeError).
+    place (``label`` then the path: ``model.blocks[0]``), each in one wording for every caller:
+    two things under one name (ValueError); a collection, or a Module whose
+    ``members_are_arguments`` (FFN), inside itself (ValueError); layers or parameters kept in a
+    set (TypeError: a set has no order to name them by); a node computed by an op that needs a
+    gradient among the members of a Module whose ``members_are_arguments`` (TypeError); and, in
+    a collection outside every Module, a computed node or anything that is not a NetVar, a
+    Module or a collection of them (TypeError).
     """
     where = where or type(root).__name__
-    found, seen, names, inside = [], set(), {}, {}
+    found, seen, names, trail = [], set(), {}, []     # trail: the place, in pieces
+    inside = {}             # id -> len(trail) of each Module and collection being walked
 
-    def add(name, place, kind, value):
+    def place(depth=None):
+        return label + "".join(trail[:depth])
+
+    def contains_itself(value):
+        return ValueError(f"{where}: {place()} contains itself ({place()} is "
+                          f"{place(inside[id(value)])})")
+
+    def not_a_part(value):
+        return TypeError(f"{where}: {place()} is {type(value).__name__} {reprlib.repr(value)}, "
+                         "not a parameter (a NetVar), a Module, or a list or dict of them")
+
+    def add(name, kind, value):
         if name in names:           # e.g. a dict key with a dot: "a.b" and {"a": {"b": ...}}
-            raise ValueError(f"{where}: {names[name]} and {place} would both be named '{name}'; "
-                             "rename one (a dict key or an attribute must not contain a dot)")
-        names[name] = place
+            raise ValueError(f"{where}: {names[name]} and {place()} would both be named "
+                             f"'{name}'; rename one (a dict key or an attribute must not "
+                             "contain a dot)")
+        names[name] = place()
         found.append((name, kind, value))
 
-    def visit(value, name, place, graphs):
+    def visit(value, name, graphs):
         # graphs: what a computed node is here: "skip" (inside a Module: its last output),
         # "refuse" (a collection outside every Module), "refuse trained" (FFN's arguments)
+        if type(value) in _PLAIN:       # most attributes of a layer: sizes, flags, names
+            if graphs == "refuse":
+                raise not_a_part(value)
+            return
         if isinstance(value, NetVar):
             if _is_graph(value):
                 if graphs == "refuse" or graphs == "refuse trained" and value.requires_grad:
-                    raise TypeError(f"{where}: {place} is a NetVar that is computed by an op "
+                    raise TypeError(f"{where}: {place()} is a NetVar that is computed by an op "
                                     f"({value._describe()}), so its value is fixed and training "
                                     "would not change it; give leaf NetVars (parameters), the "
                                     "model, or build a constant under no_grad()")
             elif id(value) not in seen:
                 seen.add(id(value))
-                add(name, place, "var" if value.requires_grad else "constant", value)
-            return
-        if isinstance(value, (list, tuple, Mapping)) or getattr(value, "members_are_arguments",
-                                                                 False):
-            if id(value) in inside:
-                raise ValueError(f"{where}: {place} contains itself ({place} is "
-                                 f"{inside[id(value)]})")
-        elif isinstance(value, (set, frozenset)):
-            held = [item for item in value if _registers(item)]
-            if held or graphs == "refuse":
-                raise TypeError(f"{where}: {place} is a {type(value).__name__}"
-                                + (f" holding a {type(held[0]).__name__}" if held else "")
-                                + "; a set has no order to name its items by, so nnkit does "
-                                "not register layers or parameters kept in one: use a list or "
-                                "a dict")
-            return
-        if isinstance(value, (list, tuple, Mapping)):
-            inside[id(value)] = place
-            items = value.items() if isinstance(value, Mapping) else enumerate(value)
-            for key, item in items:
-                visit(item, dotted(name, str(key)), f"{place}[{key!r}]", graphs)
-            del inside[id(value)]
+                add(name, "var" if value.requires_grad else "constant", value)
             return
         if isinstance(value, Module):
+            if id(value) in inside and value.members_are_arguments:
+                raise contains_itself(value)
             if id(value) in seen:
                 return
             seen.add(id(value))
             found.append((name, "module", value))
             if descend or value is root:
-                inside[id(value)] = place
+                inside[id(value)] = len(trail)
                 mode = "refuse trained" if value.members_are_arguments else "skip"
                 for attribute, item in value.members():
-                    visit(item, dotted(name, attribute), f"{place}.{attribute}", mode)
+                    trail.append("." + attribute)
+                    visit(item, f"{name}.{attribute}" if name else attribute, mode)
+                    trail.pop()
                 del inside[id(value)]
+        elif isinstance(value, (list, tuple, Mapping)):
+            if id(value) in inside:
+                raise contains_itself(value)
+            inside[id(value)] = len(trail)
+            for key, item in (value.items() if isinstance(value, Mapping) else enumerate(value)):
+                trail.append(f"[{key!r}]")
+                visit(item, f"{name}.{key}" if name else str(key), graphs)
+                trail.pop()
+            del inside[id(value)]
+            return
+        elif isinstance(value, (set, frozenset)):
+            held = [item for item in value if _registers(item)]
+            if held or graphs == "refuse":
+                raise TypeError(f"{where}: {place()} is a {type(value).__name__}"
+                                + (f" holding a {type(held[0]).__name__}" if held else "")
+                                + "; a set has no order to name its items by, so nnkit does "
+                                "not register layers or parameters kept in one: use a list or "
+                                "a dict")
+            return
         elif _buffer_names(value):
             if id(value) in seen:
                 return
             seen.add(id(value))
         else:
             if graphs == "refuse":
-                raise TypeError(f"{where}: {place} is {type(value).__name__} "
-                                f"{reprlib.repr(value)}, not a parameter (a NetVar), a Module, "
-                                "or a list or dict of them")
+                raise not_a_part(value)
             return
         for attribute in _buffer_names(value):
             if backend.is_array(getattr(value, attribute, None)):
-                add(dotted(name, attribute), f"{place}.{attribute}", "buffer", (value, attribute))
+                trail.append("." + attribute)
+                add(f"{name}.{attribute}" if name else attribute, "buffer", (value, attribute))
+                trail.pop()
 
-    visit(root, "", label, "refuse")
+    visit(root, "", "refuse")
     return found
 
 

@@ -52,7 +52,8 @@ def ffn():
     return nn.FFN((encoder,), (nn.BatchNorm, nn.NetVar(values(4, start=0.8, stop=1.2)),
                                nn.NetVar(values(4, start=-0.1, stop=0.1)), state),
                   (nn.LReLU, 0.1), (nn.Multiply, shared), (nn.Transpose, (1, 0)),
-                  (nn.Transpose, (1, 0)), (nn.Multiply, nn.NetVar(values(4, 3, start=0.9, stop=-0.3))),
+                  (nn.Transpose, (1, 0)),
+                  (nn.Multiply, nn.NetVar(values(4, 3, start=0.9, stop=-0.3))),
                   (nn.Add, nn.NetVar(values(3, start=-0.2, stop=0.2))),
                   (nn.Add, nn.NetVar(values(3, start=0.05, stop=0.15), requires_grad=False)))
 
