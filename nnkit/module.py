@@ -13,7 +13,15 @@ one, so an FFN with BatchNorm saves its statistics). It may also define
 ``check_buffer(attribute, array, where)``, which ``load_state`` calls on each incoming array
 before anything is assigned (BatchNormState refuses a negative or non-finite statistic).
 
-Names are dotted paths of attributes, list indices and dict keys: ``blocks.0.fc.W``.
+Names are dotted paths of attributes, list indices and dict keys: ``blocks.0.fc.W``. A set
+holding layers or parameters is refused, naming the attribute: it has no order to name them by
+(PyTorch's ``nn.Module`` ignores one silently).
+
+All of it is one walk, ``walk`` (below): the names, parameters, constants, buffers and
+submodules that ``named_vars()``, ``state()``, ``load_state()``, the device moves, ``repr``,
+``nn.save`` / ``nn.load`` and ``nnkit.distributed``'s collectives use, with each refusal worded
+once. ``tests/test_structure.py`` names any other function of nnkit that walks models or
+collections on its own.
 """
 import copy
 import html
