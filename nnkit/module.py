@@ -33,7 +33,7 @@ import numpy
 from . import backend
 from .core import NetOp, NetVar
 
-__all__ = ["Module"]
+__all__ = ["Module", "walk", "former_names"]
 
 
 class Module:
