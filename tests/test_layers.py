@@ -299,7 +299,9 @@ def test_initial_values():
 
 def test_recurrent_weights_lives_in_init():
     assert nn.recurrent_weights is nn.init.recurrent_weights
-    assert nnkit.nets.sequence.recurrent_weights is nn.recurrent_weights
+    with pytest.warns(DeprecationWarning, match=r"nnkit.nets.sequence.recurrent_weights is "
+                                                r"deprecated: use nnkit.init.recurrent_weights"):
+        assert nnkit.nets.sequence.recurrent_weights is nn.recurrent_weights
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

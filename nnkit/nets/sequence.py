@@ -7,7 +7,6 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetVar
-from ..init import recurrent_weights  # noqa: F401 (its home before nnkit.init)
 from ..layers import GRU, LSTM, RNN, Embedding, Linear
 from ..layers.common import described
 from ..module import Module
@@ -141,3 +140,14 @@ def _former(old):
 for _old in SequenceModel.renamed:
     setattr(SequenceModel, _old, _former(_old))
 del _old
+
+
+def __getattr__(name):
+    """``nnkit.nets.sequence.recurrent_weights``, its home before ``nnkit.init``: deprecated."""
+    if name != "recurrent_weights":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ..init import recurrent_weights
+    warnings.warn("nnkit.nets.sequence.recurrent_weights is deprecated: use "
+                  "nnkit.init.recurrent_weights (nn.recurrent_weights)", DeprecationWarning,
+                  stacklevel=2)
+    return recurrent_weights
