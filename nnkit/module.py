@@ -285,15 +285,17 @@ def walk(root, where=None, label="model", descend=True):
     Module or a collection of them (TypeError).
     """
     where = where or type(root).__name__
-    found, seen, names, trail = [], set(), {}, []     # trail: the place, in pieces
+    found, seen, names = [], set(), {}
+    trail = []              # the place, in pieces: ".attribute", or (key,) for an item
     inside = {}             # id -> len(trail) of each Module and collection being walked
 
-    def place(depth=None):
-        return label + "".join(trail[:depth])
+    def place(pieces=trail):    # formatted only for an error (the walk's hot path)
+        return label + "".join(piece if isinstance(piece, str) else f"[{piece[0]!r}]"
+                               for piece in pieces)
 
     def contains_itself(value):
         return ValueError(f"{where}: {place()} contains itself ({place()} is "
-                          f"{place(inside[id(value)])})")
+                          f"{place(trail[:inside[id(value)]])})")
 
     def not_a_part(value):
         return TypeError(f"{where}: {place()} is {type(value).__name__} {reprlib.repr(value)}, "
@@ -301,10 +303,10 @@ def walk(root, where=None, label="model", descend=True):
 
     def add(name, kind, value):
         if name in names:           # e.g. a dict key with a dot: "a.b" and {"a": {"b": ...}}
-            raise ValueError(f"{where}: {names[name]} and {place()} would both be named "
+            raise ValueError(f"{where}: {place(names[name])} and {place()} would both be named "
                              f"'{name}'; rename one (a dict key or an attribute must not "
                              "contain a dot)")
-        names[name] = place()
+        names[name] = tuple(trail)
         found.append((name, kind, value))
 
     def visit(value, name, graphs):
@@ -315,7 +317,7 @@ def walk(root, where=None, label="model", descend=True):
                 raise not_a_part(value)
             return
         if isinstance(value, NetVar):
-            if _is_graph(value):
+            if value._parents or isinstance(value, NetOp):      # computed by an op
                 if graphs == "refuse" or graphs == "refuse trained" and value.requires_grad:
                     raise TypeError(f"{where}: {place()} is a NetVar that is computed by an op "
                                     f"({value._describe()}), so its value is fixed and training "
@@ -345,7 +347,7 @@ def walk(root, where=None, label="model", descend=True):
                 raise contains_itself(value)
             inside[id(value)] = len(trail)
             for key, item in (value.items() if isinstance(value, Mapping) else enumerate(value)):
-                trail.append(f"[{key!r}]")
+                trail.append((key,))
                 visit(item, f"{name}.{key}" if name else str(key), graphs)
                 trail.pop()
             del inside[id(value)]
