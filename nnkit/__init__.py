@@ -23,6 +23,7 @@ from .layers import positional_encoding
 from .ops import *  # noqa: F401,F403  (the op catalogue)
 from .optim import *  # noqa: F401,F403
 from .nets import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
 from .init import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403

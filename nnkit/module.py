@@ -13,17 +13,27 @@ one, so an FFN with BatchNorm saves its statistics). It may also define
 ``check_buffer(attribute, array, where)``, which ``load_state`` calls on each incoming array
 before anything is assigned (BatchNormState refuses a negative or non-finite statistic).
 
-Names are dotted paths of attributes, list indices and dict keys: ``blocks.0.fc.W``.
+Names are dotted paths of attributes, list indices and dict keys: ``blocks.0.fc.W``. A set
+holding layers or parameters is refused, naming the attribute: it has no order to name them by
+(PyTorch's ``nn.Module`` ignores one silently).
+
+All of it is one walk, ``walk`` (below): the names, parameters, constants, buffers and
+submodules that ``named_vars()``, ``state()``, ``load_state()``, the device moves, ``repr``,
+``nn.save`` / ``nn.load`` and ``nnkit.distributed``'s collectives use, with each refusal worded
+once. ``tests/test_structure.py`` names any other function of nnkit that walks models or
+collections on its own.
 """
 import copy
 import html
+import reprlib
+from collections.abc import Mapping
 
 import numpy
 
 from . import backend
 from .core import NetOp, NetVar
 
-__all__ = ["Module"]
+__all__ = ["Module", "walk", "former_names"]
 
 
 class Module:
@@ -46,6 +56,14 @@ class Module:
     not call ``Module.__init__``.
     """
     buffers = ()
+    # True when the members are the arguments of the model's computation (FFN's topology): a
+    # node computed by an op that needs a gradient among them is refused (training would not
+    # change it), and so is the model inside itself (it would call itself forever). Else a
+    # computed node is the last output the model keeps, and a cycle is walked once.
+    members_are_arguments = False
+    # Old dotted name → current one, relative to the module, of what this class once named
+    # otherwise: checkpoints and states written before the rename still load (former_names).
+    renamed = {}
 
     def __call__(self, *args, **keywords):
         return self.forward(*args, **keywords)
@@ -68,36 +86,34 @@ class Module:
         """Dict of dotted name → trainable parameter (a leaf NetVar that requires a gradient),
         in a deterministic order; a parameter reachable under several names is listed once,
         under the first."""
-        return {name: value for name, value, kind in _walk(self) if kind == "var"}
+        return {name: value for name, kind, value in walk(self) if kind == "var"}
 
     @property
     def vars(self):
         """The trainable parameters, each once, in the order of ``named_vars()``."""
-        return list(self.named_vars().values())
+        return [value for _, kind, value in walk(self) if kind == "var"]
 
     def named_constants(self):
         """Dict of dotted name → leaf NetVar that needs no gradient (``requires_grad`` False:
         a frozen weight, a fixed table), each once: saved, loaded and moved with the
         parameters, never trained."""
-        return {name: value for name, value, kind in _walk(self) if kind == "constant"}
+        return {name: value for name, kind, value in walk(self) if kind == "constant"}
 
     def named_buffers(self):
         """Dict of dotted name → buffer array (saved and moved, never trained)."""
-        return {name: getattr(*value) for name, value, kind in _walk(self)
-                if kind == "buffer"}
+        return {name: getattr(*value) for name, kind, value in walk(self) if kind == "buffer"}
 
     # -- state: copies out, checked copies in
     def state(self):
         """Dict of dotted name → host (NumPy) copy of every parameter, constant and buffer."""
-        out = {}
-        for name, value, kind in _walk(self):
-            array = getattr(*value) if kind == "buffer" else value._data
-            out[name] = backend.to_cpu(array).copy()
-        return out
+        return {name: backend.to_cpu(_array(kind, value)).copy()
+                for name, kind, value in walk(self) if kind != "module"}
 
     def load_state(self, state):
-        """Assign the arrays of ``state`` (as ``state()`` returns it) to the parameters and
-        buffers of the same names, each on its current device.
+        """Assign the arrays of ``state`` (as ``state()`` returns it, or any mapping of name →
+        array, such as the ``NpzFile`` that ``numpy.load`` returns for ``numpy.savez(path,
+        **model.state())``) to the parameters and buffers of the same names, each on its
+        current device.
 
         Every name, shape and dtype is checked first: a missing or unexpected name, another
         shape or another dtype raises (KeyError, ValueError, TypeError naming the first
@@ -106,38 +122,41 @@ class Module:
         float dtype and is taken in it: buffers follow the data's dtype at their next use
         (BatchNorm's statistics of float64 data are float64).
         """
-        if not isinstance(state, dict):
-            raise TypeError(f"{type(self).__name__}.load_state: state must be a dict of name → "
-                            f"array, got {type(state).__name__}")
-        targets = [(name, value, kind) for name, value, kind in _walk(self)]
-        names = [name for name, _, _ in targets]
         where = f"{type(self).__name__}.load_state"
-        missing = [name for name in names if name not in state]
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{where}: state must be a dict (a mapping) of name → array, got "
+                            f"{type(state).__name__}")
+        targets = [entry for entry in walk(self, where) if entry[1] != "module"]
+        names = [name for name, _, _ in targets]
+        former = former_names(self)         # a state written before a class renamed its parts
+        keys = {name: former[name] if name not in state and former.get(name) in state else name
+                for name in names}
+        missing = [name for name in names if keys[name] not in state]
         if missing:
             raise KeyError(f"{where}: the state has no '{missing[0]}' ({len(missing)} of the "
                            f"model's {len(names)} names missing)")
-        unexpected = [name for name in state if name not in set(names)]
+        unexpected = [key for key in state if key not in set(keys.values())]
         if unexpected:
             raise KeyError(f"{where}: the state has '{unexpected[0]}', which the model does not "
                            f"have ({len(unexpected)} unexpected names)")
-        for name, value, kind in targets:
-            mine = getattr(*value) if kind == "buffer" else value._data
-            given = state[name]
-            if not backend.is_array(given):
+        given = {name: state[keys[name]] for name in names}   # an NpzFile reads each once
+        for name, kind, value in targets:
+            mine, array = _array(kind, value), given[name]
+            if not backend.is_array(array):
                 raise TypeError(f"{where}: '{name}' must be an array, got "
-                                f"{type(given).__name__}")
-            if tuple(given.shape) != tuple(mine.shape):
-                raise ValueError(f"{where}: '{name}' has shape {tuple(given.shape)} in the state "
+                                f"{type(array).__name__}")
+            if tuple(array.shape) != tuple(mine.shape):
+                raise ValueError(f"{where}: '{name}' has shape {tuple(array.shape)} in the state "
                                  f"and {tuple(mine.shape)} in the model")
-            if kind != "buffer" and given.dtype != mine.dtype or given.dtype.kind != mine.dtype.kind:
-                raise TypeError(f"{where}: '{name}' has dtype {given.dtype} in the state and "
+            if kind != "buffer" and array.dtype != mine.dtype \
+                    or array.dtype.kind != mine.dtype.kind:
+                raise TypeError(f"{where}: '{name}' has dtype {array.dtype} in the state and "
                                 f"{mine.dtype} in the model")
             owner = value[0] if kind == "buffer" else None
             if callable(getattr(owner, "check_buffer", None)):    # e.g. no negative variance
-                owner.check_buffer(value[1], given, f"{where}: '{name}'")
-        for name, value, kind in targets:               # all checked: now assign
-            mine = getattr(*value) if kind == "buffer" else value._data
-            array = _like(state[name], mine)
+                owner.check_buffer(value[1], array, f"{where}: '{name}'")
+        for name, kind, value in targets:               # all checked: now assign
+            array = _like(given[name], _array(kind, value))
             if kind == "buffer":
                 setattr(*value, array)
             else:
@@ -147,27 +166,34 @@ class Module:
 
     # -- devices
     def to_gpu(self, device=None):
-        """Move every parameter and buffer to the GPU (CuPy; GPU number ``device``) in place;
-        returns the model. The last graph a model keeps is dropped (it lives on the old
-        device). Raises RuntimeError when CuPy with a GPU is not available."""
+        """Move every parameter, constant and buffer to the GPU (CuPy; GPU number ``device``)
+        in place; returns the model. The last graph a model keeps is dropped (it lives on the
+        old device). Raises RuntimeError when CuPy with a GPU is not available."""
         backend.to_gpu(numpy.zeros(0), device)     # fails before anything moves
         return self._move(lambda node: node.to_gpu(device),
                           lambda array: backend.to_gpu(array, device))
 
     def to_cpu(self):
-        """Move every parameter and buffer to host memory (NumPy) in place; returns the
-        model."""
+        """Move every parameter, constant and buffer to host memory (NumPy) in place; returns
+        the model."""
         return self._move(lambda node: node.to_cpu(), backend.to_cpu)
 
     def _move(self, move_node, move_array):
-        for _, value, kind in _walk(self):
+        for _, kind, value in walk(self):
             if kind == "buffer":
                 setattr(*value, move_array(getattr(*value)))
+            elif kind == "module":
+                value._move_own_data(move_node, move_array)
             else:
                 move_node(value)
-        for module in _modules(self):
-            module._forget_graph()
         return self
+
+    def _move_own_data(self, move_node, move_array):
+        """What this module holds outside its members and must not keep on the old device:
+        its last graph (the nodes computed by ops it keeps as attributes, its last output),
+        which is dropped. A module that keeps data outside its members (FFN's plain arrays and
+        Loss targets) moves it here."""
+        self._forget_graph()
 
     def _forget_graph(self):
         """Drop the nodes computed by ops that this module keeps as attributes (its last
@@ -192,10 +218,16 @@ class Module:
 
     def tree(self):
         """The lines of ``repr(self)`` without the parameter count: the class, then one line
-        per parameter, buffer and submodule (indented)."""
+        per parameter, buffer and submodule (indented), as the walk finds them."""
         body = []
-        for name, value in self.members():
-            body.extend(_describe_member(name, value))
+        for name, kind, value in walk(self, descend=False)[1:]:
+            if kind == "module":
+                lines = value.tree()
+                body += [f"({name}): {lines[0]}"] + lines[1:]
+            elif kind == "var":
+                body.append(f"({name}): {tuple(value.shape)} {value.dtype}")
+            elif kind == "buffer":
+                body.append(f"({name}): buffer {tuple(getattr(*value).shape)}")
         head = f"{type(self).__name__}({self.extra_repr()}"
         return [head + ")"] if not body else [head] + ["  " + line for line in body] + [")"]
 
@@ -217,70 +249,134 @@ def _is_graph(value):
     return isinstance(value, NetVar) and (bool(value._parents) or isinstance(value, NetOp))
 
 
-def _walk(root):
-    """``(name, value, kind)`` for every parameter (kind "var", value the NetVar), constant
-    (kind "constant": a leaf NetVar that needs no gradient) and buffer (kind "buffer", value
-    ``(owner, attribute)``) under ``root``, each once."""
-    found, seen_vars, seen_objects, names = [], set(), set(), set()
+def _registers(value):
+    """Whether the walk looks into ``value``: a NetVar, a Module, an object with buffers."""
+    return isinstance(value, (NetVar, Module)) or _buffer_names(value)
 
-    def add(name, value, kind):
-        if name in names:        # e.g. a dict key with a dot: "a.b" and {"a": {"b": ...}}
-            raise ValueError(f"{type(root).__name__}: two parameters or buffers would be named "
-                             f"'{name}'; rename one (a dict key must not contain a dot)")
-        names.add(name)
-        found.append((name, value, kind))
 
-    def visit(prefix, value):
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
+def _buffer_names(value):
+    names = getattr(type(value), "buffers", ())
+    return names if names and isinstance(names, tuple) and not isinstance(value, type) else ()
+
+
+def walk(root, where=None, label="model", descend=True):
+    """The one walk over models and collections: ``(name, kind, value)`` for what ``root`` (a
+    Module, a NetVar, or a list, tuple or dict of them, nested as you like) holds, each once,
+    in a deterministic order (attributes in assignment order, then items in order).
+
+    kind "module": a Module (``root`` itself first, named ""); "var": a parameter (a leaf NetVar
+    that requires a gradient); "constant": a leaf NetVar that does not; "buffer": an array an
+    object declares in its class attribute ``buffers``, value ``(owner, attribute)``. Names are
+    dotted paths of attributes (``members()``), list indices and dict keys: ``blocks.0.fc.W``.
+    A NetVar or a buffer reachable twice is listed under its first name. With ``descend``
+    False the walk lists the Modules below ``root`` without looking into them.
+
+    Inside a Module anything else is ignored (numbers, functions, the last output a model
+    keeps: a node computed by an op). Refused, naming ``where`` (default: root's class) and the
+    place (``label`` then the path: ``model.blocks[0]``), each in one wording for every caller:
+    two things under one name (ValueError); a collection, or a Module whose
+    ``members_are_arguments`` (FFN), inside itself (ValueError); layers or parameters kept in a
+    set (TypeError: a set has no order to name them by); a node computed by an op that needs a
+    gradient among the members of a Module whose ``members_are_arguments`` (TypeError); and, in
+    a collection outside every Module, a computed node or anything that is not a NetVar, a
+    Module or a collection of them (TypeError).
+    """
+    where = where or type(root).__name__
+    found, seen, names = [], set(), {}
+    trail = []              # the place, in pieces: ".attribute", or (key,) for an item
+    inside = {}             # id -> len(trail) of each Module and collection being walked
+
+    def place(pieces=trail):    # formatted only for an error (the walk's hot path)
+        return label + "".join(piece if isinstance(piece, str) else f"[{piece[0]!r}]"
+                               for piece in pieces)
+
+    def contains_itself(value):
+        return ValueError(f"{where}: {place()} contains itself ({place()} is "
+                          f"{place(trail[:inside[id(value)]])})")
+
+    def not_a_part(value):
+        return TypeError(f"{where}: {place()} is {type(value).__name__} {reprlib.repr(value)}, "
+                         "not a parameter (a NetVar), a Module, or a list or dict of them")
+
+    def add(name, kind, value):
+        if name in names:           # e.g. a dict key with a dot: "a.b" and {"a": {"b": ...}}
+            raise ValueError(f"{where}: {place(names[name])} and {place()} would both be named "
+                             f"'{name}'; rename one (a dict key or an attribute must not "
+                             "contain a dot)")
+        names[name] = tuple(trail)
+        found.append((name, kind, value))
+
+    def visit(value, name, graphs):
+        # graphs: what a computed node is here: "skip" (inside a Module: its last output),
+        # "refuse" (a collection outside every Module), "refuse trained" (FFN's arguments)
+        if type(value) in _PLAIN:       # most attributes of a layer: sizes, flags, names
+            if graphs == "refuse":
+                raise not_a_part(value)
+            return
         if isinstance(value, NetVar):
-            if _is_graph(value) or id(value) in seen_vars:
-                return
-            seen_vars.add(id(value))
-            add(prefix, value, "var" if value.requires_grad else "constant")
-            return
-        if isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                visit(dotted(prefix, str(i)), item)
-            return
-        if isinstance(value, dict):
-            for key, item in value.items():
-                visit(dotted(prefix, str(key)), item)
-            return
-        if isinstance(value, type) or id(value) in seen_objects:
+            if value._parents or isinstance(value, NetOp):      # computed by an op
+                if graphs == "refuse" or graphs == "refuse trained" and value.requires_grad:
+                    raise TypeError(f"{where}: {place()} is a NetVar that is computed by an op "
+                                    f"({value._describe()}), so its value is fixed and training "
+                                    "would not change it; give leaf NetVars (parameters), the "
+                                    "model, or build a constant under no_grad()")
+            elif id(value) not in seen:
+                seen.add(id(value))
+                add(name, "var" if value.requires_grad else "constant", value)
             return
         if isinstance(value, Module):
-            seen_objects.add(id(value))
-            for name, item in value.members():
-                visit(dotted(prefix, name), item)
-        names = getattr(type(value), "buffers", ())
-        if names and isinstance(names, tuple):
-            seen_objects.add(id(value))
-            for attribute in names:
-                if backend.is_array(getattr(value, attribute, None)):
-                    add(dotted(prefix, attribute), (value, attribute), "buffer")
-
-    visit("", root)
-    return found
-
-
-def _modules(root):
-    """Every Module under ``root`` (itself included), each once."""
-    out, seen = [], set()
-
-    def visit(value):
-        if isinstance(value, (list, tuple)):
-            for item in value:
-                visit(item)
-        elif isinstance(value, dict):
-            for item in value.values():
-                visit(item)
-        elif isinstance(value, Module) and id(value) not in seen:
+            if id(value) in inside and value.members_are_arguments:
+                raise contains_itself(value)
+            if id(value) in seen:
+                return
             seen.add(id(value))
-            out.append(value)
-            for _, item in value.members():
-                visit(item)
+            found.append((name, "module", value))
+            if descend or value is root:
+                inside[id(value)] = len(trail)
+                mode = "refuse trained" if value.members_are_arguments else "skip"
+                for attribute, item in value.members():
+                    trail.append("." + attribute)
+                    visit(item, f"{name}.{attribute}" if name else attribute, mode)
+                    trail.pop()
+                del inside[id(value)]
+        elif isinstance(value, (list, tuple, Mapping)):
+            if id(value) in inside:
+                raise contains_itself(value)
+            inside[id(value)] = len(trail)
+            for key, item in (value.items() if isinstance(value, Mapping) else enumerate(value)):
+                trail.append((key,))
+                visit(item, f"{name}.{key}" if name else str(key), graphs)
+                trail.pop()
+            del inside[id(value)]
+            return
+        elif isinstance(value, (set, frozenset)):
+            held = [item for item in value if _registers(item)]
+            if held or graphs == "refuse":
+                raise TypeError(f"{where}: {place()} is a {type(value).__name__}"
+                                + (f" holding a {type(held[0]).__name__}" if held else "")
+                                + "; a set has no order to name its items by, so nnkit does "
+                                "not register layers or parameters kept in one: use a list or "
+                                "a dict")
+            return
+        elif _buffer_names(value):
+            if id(value) in seen:
+                return
+            seen.add(id(value))
+        else:
+            if graphs == "refuse":
+                raise not_a_part(value)
+            return
+        for attribute in _buffer_names(value):
+            if backend.is_array(getattr(value, attribute, None)):
+                trail.append("." + attribute)
+                add(f"{name}.{attribute}" if name else attribute, "buffer", (value, attribute))
+                trail.pop()
 
-    visit(root)
-    return out
+    visit(root, "", "refuse")
+    return found
 
 
 def dotted(prefix, name):
@@ -288,33 +384,21 @@ def dotted(prefix, name):
     return f"{prefix}.{name}" if prefix else name
 
 
+def former_names(root):
+    """Current dotted name → the name an older nnkit gave it, for the parts of every Module
+    under ``root`` whose class declares ``renamed`` (a SequenceModel's ``rnn.W`` was its
+    ``W``): what ``load_state`` and ``nn.load`` accept in place of the current names."""
+    return {dotted(prefix, new): dotted(prefix, old) for prefix, kind, module in walk(root)
+            if kind == "module" for old, new in type(module).renamed.items()}
+
+
+def _array(kind, value):
+    """The array of a walk entry: a buffer's, or a NetVar's data."""
+    return getattr(*value) if kind == "buffer" else value._data
+
+
 def _like(array, mine):
     """``array`` on the device of ``mine`` (a fresh array: the state's own is never kept)."""
     if backend.array_module(mine) is numpy:
         return numpy.array(backend.to_cpu(array))
     return backend.to_gpu(backend.to_cpu(array), mine.device.id)
-
-
-# ----------------------------------------------------------------------------- repr
-
-def _describe_member(name, value):
-    """Lines for one attribute in a module's repr, or [] for what is not a parameter, buffer
-    or module."""
-    if isinstance(value, Module):
-        lines = value.tree()
-        return [f"({name}): {lines[0]}"] + lines[1:]
-    if isinstance(value, NetVar):
-        if value.requires_grad and not value._parents:
-            return [f"({name}): {tuple(value.shape)} {value.dtype}"]
-        return []
-    if isinstance(value, (list, tuple, dict)):
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        lines = []
-        for key, item in items:
-            lines.extend(_describe_member(f"{name}.{key}", item))
-        return lines
-    names = getattr(type(value), "buffers", ())
-    if names and isinstance(names, tuple) and not isinstance(value, type):
-        return [f"({name}.{a}): buffer {tuple(getattr(value, a).shape)}" for a in names
-                if backend.is_array(getattr(value, a, None))]
-    return []

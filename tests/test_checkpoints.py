@@ -88,7 +88,7 @@ def test_a_nested_module_round_trips_with_its_buffers_and_shared_weight(path):
         meta = json.loads(bytes(archive["__nnkit__"]).decode())
     names = [entry["name"] for entry in meta["params"]]
     assert names[:3] == ["blocks.0.W", "blocks.0.shared", "blocks.1.W"]   # shared: stored once
-    assert "seq.W" in names and "head.b.0" in names
+    assert "seq.rnn.W" in names and "head.b.0" in names
     assert [entry["name"] for entry in meta["buffers"]] == ["bn.running_mean", "bn.running_var"]
 
     fresh = Net(1)                                  # other values, the same structure
@@ -270,15 +270,15 @@ def test_dicts_and_lists_of_modules(path):
     np.testing.assert_array_equal(fresh_w.data, w.data)
     assert fresh_opt.lr == 0.02
     with pytest.raises(nn.CheckpointError, match=r"cannot rebuild its model without it: "
-                                                 r"model\['net'\] is a Net"):
+                                                 r"'net' is a Net"):
         nn.load(path)
 
 
 def test_what_a_dict_or_list_may_not_hold_is_refused_by_name(path):
     w = nn.zeros(2)
     for model, error, message in [
-            ({"a.b": w, "a": {"b": nn.zeros(2)}}, TypeError,
-             r"model\['a.b'\] and model\['a'\]\['b'\] would both be saved as 'a.b'"),
+            ({"a.b": w, "a": {"b": nn.zeros(2)}}, ValueError,
+             r"model\['a.b'\] and model\['a'\]\['b'\] would both be named 'a.b'"),
             ({"w": w, "x": None}, TypeError, r"model\['x'\] is NoneType None, not a parameter"),
             ([w, w * 2], TypeError, r"model\[1\] is a NetVar that is computed by an op"),
             (w, TypeError, r"the model must be .*, got NetVar .*; write \[w\]")]:
@@ -441,7 +441,7 @@ def test_a_mismatching_optimizer_changes_nothing(path, tmp_path):
     with pytest.raises(nn.CheckpointError, match=r"the state is of a Adam optimizer"):
         nn.load(path, net, optimizer=nn.GD(net.vars))
     with pytest.raises(nn.CheckpointError, match=r"the saved optimizer updated parameters .*"
-                                                 r"\(parameter 5: 'seq.W' in the file, none in "
+                                                 r"\(parameter 5: 'seq.rnn.W' in the file, none in "
                                                  r"this one\)"):
         nn.load(path, net, optimizer=nn.Adam(net.vars[:5]))
 
@@ -675,3 +675,178 @@ def test_save_takes_a_bytes_path_and_refuses_a_folder_before_writing(tmp_path):
     fresh = nn.layers.Linear(2, 2, seed=1)
     nn.load(os.fsencode(tmp_path / "b.npz"), fresh)
     np.testing.assert_array_equal(fresh.W.data, model.W.data)
+
+
+# ----------------------------------------------------------------------------- version 2 files
+# Written by tests/data/make_version2_checkpoints.py with the nnkit of eac902d, before FFN was
+# walked as a Module and SequenceModel was made of layers: one file of each kind nnkit wrote.
+
+V2_SEQUENCE_NAMES = {"table": "embedding.table", "W": "rnn.W", "R": "rnn.R", "b": "rnn.b",
+                     "Wo": "head.W", "bo": "head.b"}
+"""A version 2 SequenceModel's parameter names -> the names the SequenceModel has now."""
+
+
+def _v2_expected(kind):
+    with np.load(os.path.join(DATA, "v2_expected.npz")) as archive:
+        return {key[len(kind) + 1:]: archive[key] for key in archive.files
+                if key.startswith(kind + "/")}
+
+
+def _assert_loaded(expected, params, buffers, opt, names=None):
+    """Every saved parameter, buffer and optimizer array of ``expected`` equals the model's,
+    bit for bit; ``names`` maps the file's parameter names to the model's."""
+    names = names or {}
+    saved = [key.split("/", 1)[1] for key in expected if key.startswith("param/")]
+    assert sorted(names.get(name, name) for name in saved) == sorted(params)
+    for name in saved:
+        mine = params[names.get(name, name)].data
+        assert mine.dtype == np.float64
+        np.testing.assert_array_equal(mine, expected[f"param/{name}"], err_msg=name)
+    buffered = [key.split("/", 1)[1] for key in expected if key.startswith("buffer/")]
+    assert sorted(buffered) == sorted(buffers)
+    for name in buffered:
+        np.testing.assert_array_equal(buffers[name], expected[f"buffer/{name}"], err_msg=name)
+    by_id = {id(p): name for name, p in params.items()}
+    inverse = {names.get(name, name): name for name in saved}
+    for p, state in zip(opt.params, opt.state):
+        for key, value in state.items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(
+                    value, expected[f"opt/{inverse[by_id[id(p)]]}/{key}"], err_msg=key)
+            else:
+                assert value == 2
+
+
+def _float64():
+    before = nn.get_dtype()
+    nn.set_dtype(np.float64)
+    return before
+
+
+def test_a_version_2_ffn_with_batchnorm_and_adam_loads_bit_exact():
+    from tests.data import make_version2_checkpoints as v2
+    before = _float64()
+    try:
+        net = v2.ffn()
+        for p in net.vars:                      # other values: the file must set every one
+            p.data = p.data * 0.5 - 1
+    finally:
+        nn.set_dtype(before)
+    shared = net.topology[3][1]
+    opt = nn.Adam(net.vars, lr=0.5)
+    path = os.path.join(DATA, "v2_ffn_adam.npz")
+    assert nn.load(path, net, optimizer=opt).extra == {"epoch": 2}
+    expected = _v2_expected("ffn")
+    _assert_loaded(expected, {**net.named_vars(), **net.named_constants()},
+                   net.named_buffers(), opt)
+    assert opt.lr == 0.01
+    assert net.topology[3][1] is shared and net.topology[0][0].topology[0][1] is shared
+    x, _ = v2.ffn_inputs()
+    with nn.eval_mode():
+        np.testing.assert_array_equal(net(x).data, expected["output"])
+        rebuilt = nn.load(path).model               # and rebuilt from its topology alone
+        np.testing.assert_array_equal(rebuilt(x).data, expected["output"])
+    assert rebuilt.topology[3][1] is rebuilt.topology[0][0].topology[0][1]
+    assert rebuilt.topology[1][3].momentum == 0.2
+
+
+def test_a_version_2_sequence_model_with_adam_loads_bit_exact():
+    from tests.data import make_version2_checkpoints as v2
+    expected = _v2_expected("sequence")
+    before = _float64()
+    try:
+        model = nn.SequenceModel(**v2.SEQUENCE_SIZES, seed=0)   # another draw
+    finally:
+        nn.set_dtype(before)
+    opt = nn.Adam(model.vars, lr=0.5)
+    assert nn.load(os.path.join(DATA, "v2_sequence_adam.npz"), model,
+                   optimizer=opt).extra == {"epoch": 2}
+    _assert_loaded(expected, model.named_vars(), model.named_buffers(), opt, V2_SEQUENCE_NAMES)
+    ids, lengths, _ = v2.sequence_inputs()
+    np.testing.assert_array_equal(model(ids, lengths=lengths).data, expected["output"])
+    np.testing.assert_array_equal(model.final_state[0].data, expected["final_h"])
+    np.testing.assert_array_equal(model.final_state[1].data, expected["final_c"])
+
+
+def test_a_sequence_model_draws_what_it_drew_before_from_the_same_seed():
+    from tests.data import make_version2_checkpoints as v2
+    expected = _v2_expected("sequence")
+    before = _float64()
+    try:
+        model = v2.sequence_model()
+    finally:
+        nn.set_dtype(before)
+    init = {V2_SEQUENCE_NAMES[key.split("/", 1)[1]]: value for key, value in expected.items()
+            if key.startswith("init/")}
+    assert sorted(init) == sorted(model.named_vars())
+    for name, p in model.named_vars().items():
+        np.testing.assert_array_equal(p.data, init[name], err_msg=name)
+    ids, lengths, _ = v2.sequence_inputs()
+    np.testing.assert_array_equal(model(ids, lengths=lengths).data, expected["init_output"])
+
+
+def test_a_version_2_module_of_layers_with_batchnorm_and_adam_loads_bit_exact():
+    from tests.data import make_version2_checkpoints as v2
+    before = _float64()
+    try:
+        model = v2.LayersNet()
+        for p in model.vars:
+            p.data = p.data * 0.5 - 1
+    finally:
+        nn.set_dtype(before)
+    opt = nn.Adam(model.vars, lr=0.5)
+    nn.load(os.path.join(DATA, "v2_layers_adam.npz"), model, optimizer=opt)
+    expected = _v2_expected("layers")
+    _assert_loaded(expected, model.named_vars(), model.named_buffers(), opt)
+    x, _ = v2.layers_inputs()
+    with nn.eval_mode():
+        np.testing.assert_array_equal(model(x).data, expected["output"])
+
+
+def test_a_version_2_dict_of_parameters_with_rmsprop_loads_bit_exact():
+    from tests.data import make_version2_checkpoints as v2
+    path = os.path.join(DATA, "v2_dict_rmsprop.npz")
+    expected = _v2_expected("dict")
+    before = _float64()
+    try:
+        params = v2.parameters()
+    finally:
+        nn.set_dtype(before)
+    flat = {"enc.w": params["enc"]["w"], "layers.0": params["layers"][0],
+            "layers.1": params["layers"][1]}
+    for p in flat.values():
+        p.data = p.data + 1
+    opt = nn.RMSProp(list(flat.values()), lr=0.5)
+    assert nn.load(path, params, optimizer=opt).extra == {"kind": "dict"}
+    for name, p in flat.items():
+        np.testing.assert_array_equal(p.data, expected[f"param/{name}"], err_msg=name)
+    for (name, p), state in zip(flat.items(), opt.state):
+        np.testing.assert_array_equal(state["v"], expected[f"opt/{name}/v"], err_msg=name)
+    assert opt.lr == 0.01
+    rebuilt = nn.load(path).model                   # rebuilt as one flat dict
+    assert sorted(rebuilt) == sorted(flat)
+    for name, p in rebuilt.items():
+        np.testing.assert_array_equal(p.data, expected[f"param/{name}"], err_msg=name)
+
+
+def test_a_sequence_model_state_with_the_names_before_layers_loads(tmp_path):
+    # state() of a SequenceModel before it was made of layers: table, W, R, b, Wo, bo
+    from tests.data import make_version2_checkpoints as v2
+    expected = _v2_expected("sequence")
+    old = {old: expected[f"param/{old}"] for old in V2_SEQUENCE_NAMES}
+    np.savez(tmp_path / "old.npz", **old)
+    before = _float64()
+    try:
+        model = nn.SequenceModel(**v2.SEQUENCE_SIZES, seed=0)
+    finally:
+        nn.set_dtype(before)
+    with np.load(tmp_path / "old.npz") as archive:
+        model.load_state(archive)
+    for name, new in V2_SEQUENCE_NAMES.items():
+        np.testing.assert_array_equal(model.state()[new], old[name], err_msg=name)
+    with pytest.warns(DeprecationWarning, match=r"SequenceModel.Wo is deprecated: the parameter "
+                                                r"is now model.head.W"):
+        assert model.Wo is model.head.W
+    del old["bo"]
+    with pytest.raises(KeyError, match=r"the state has no 'head.b'"):
+        model.load_state(old)

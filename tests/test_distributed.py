@@ -153,7 +153,7 @@ def test_a_device_buffer_reaches_mpi_directly_when_cuda_aware_else_through_the_h
 
 REFUSED = [
     ("allreduce_grads", lambda w: dist.allreduce_grads([w, "W2"]), TypeError,
-     r"params\[1\] must be a NetVar, a Module"),
+     r"params\[1\] is str 'W2', not a parameter \(a NetVar\), a Module"),
     ("allreduce_grads", lambda w: dist.allreduce_grads([w * 2.0]), TypeError,
      r"params\[0\] .* is computed by an op"),
     ("allreduce_grads", lambda w: dist.allreduce_grads([w], average="yes"), TypeError,
@@ -174,7 +174,7 @@ REFUSED = [
     ("broadcast_vars", lambda w: dist.broadcast_vars([w], root=-1), ValueError,
      "root must be an integer >= 0"),
     ("broadcast_vars", lambda w: dist.broadcast_vars({"w": [w, 3]}), TypeError,
-     r"params\['w'\]\[1\] must be a NetVar"),
+     r"broadcast_vars: params\['w'\]\[1\] is int 3, not a parameter \(a NetVar\), a Module"),
     ("shard", lambda w: dist.shard(-1), ValueError, "count must be an integer >= 0"),
     ("shard", lambda w: dist.shard({"a": 1}), TypeError, "give a count or a sequence"),
     ("shard", lambda w: dist.shard(2.0), TypeError, "give a count or a sequence"),
@@ -183,7 +183,7 @@ REFUSED = [
     ("DataParallel", lambda w: dist.DataParallel(average=None), TypeError,
      "average must be True or False"),
     ("DataParallel", lambda w: dist.DataParallel(model=42), TypeError,
-     "params must be a NetVar, a Module"),
+     "DataParallel: params is int 42, not a parameter"),
     ("Trainer", lambda w: nn.Trainer(lambda b: w.sum(), nn.GD([w]),
                                      hooks=[dist.DataParallel(), dist.DataParallel()]),
      ValueError, "hooks hold 2 DataParallel hooks"),

@@ -383,10 +383,22 @@ def test_a_refused_save_leaves_the_previous_file_as_it_was(path):
         nn.save(path, net, optimizer=nn.Adam(net.vars + [nn.NetVar(np.ones((1, 2)))]))
     with pytest.raises(TypeError, match=r"save: model\['b'\] is int 3, not a parameter"):
         nn.save(path, {"w": nn.zeros(2), "b": 3})
-    with pytest.raises(TypeError, match=r"save: model\[1\] is a NetVar that does not require a "
-                                        r"gradient \(a constant\)"):
-        nn.save(path, [nn.zeros(2), nn.NetVar(np.ones(2), requires_grad=False)])
+    with pytest.raises(TypeError, match=r"save: model\[1\] is a set holding a NetVar; a set has "
+                                        r"no order"):
+        nn.save(path, [nn.zeros(2), {nn.NetVar(np.ones(2))}])
     assert open(path, "rb").read() == original
+
+
+def test_a_constant_in_a_list_is_saved_and_rebuilt_as_a_constant(path):
+    # a list was refused for holding one, though a Module saves its frozen weights
+    w, frozen = nn.NetVar(np.arange(2.0)), nn.NetVar(np.ones(2), requires_grad=False)
+    nn.save(path, [w, frozen])
+    rebuilt = nn.load(path).model
+    assert sorted(rebuilt) == ["0", "1"] and not rebuilt["1"].requires_grad
+    np.testing.assert_array_equal(rebuilt["1"].data, frozen.data)
+    target = [nn.NetVar(np.zeros(2)), nn.NetVar(np.zeros(2), requires_grad=False)]
+    nn.load(path, target)
+    np.testing.assert_array_equal(target[1].data, frozen.data)
     assert os.listdir(os.path.dirname(path)) == ["model.npz"]
 
 

@@ -299,7 +299,9 @@ def test_initial_values():
 
 def test_recurrent_weights_lives_in_init():
     assert nn.recurrent_weights is nn.init.recurrent_weights
-    assert nnkit.nets.sequence.recurrent_weights is nn.recurrent_weights
+    with pytest.warns(DeprecationWarning, match=r"nnkit.nets.sequence.recurrent_weights is "
+                                                r"deprecated: use nnkit.init.recurrent_weights"):
+        assert nnkit.nets.sequence.recurrent_weights is nn.recurrent_weights
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -603,6 +605,7 @@ def test_moving_an_ffn_reaches_weights_in_dicts_and_namedtuples(monkeypatch):
     import collections
     moved = []
     monkeypatch.setattr(nn.NetVar, "to_gpu", lambda node, device=None: moved.append(node) or node)
+    monkeypatch.setattr(nn.backend, "to_gpu", lambda array, device=None: array)   # no GPU here
     Pair = collections.namedtuple("Pair", "w b")
     w, b, v = nn.NetVar(np.ones((2, 2))), nn.NetVar(np.ones((1, 2))), nn.NetVar(np.ones((2, 2)))
     net = nn.FFN((lambda x, p: x @ p["w"] + p["b"], {"w": w, "b": b}),

@@ -252,7 +252,10 @@ def test_ffn_names_its_parameters_by_entry_and_argument_and_saves_batchnorm_stat
 
 def test_sequence_model_is_a_module():
     model = nn.SequenceModel(3, 4, 2, embedding=5, seed=0)
-    assert list(model.named_vars()) == ["table", "W", "R", "b", "Wo", "bo"]
+    assert list(model.named_vars()) == ["embedding.table", "rnn.W", "rnn.R", "rnn.b", "head.W",
+                                        "head.b"]
+    assert isinstance(model.embedding, nn.layers.Embedding)
+    assert isinstance(model.rnn, nn.layers.LSTM) and isinstance(model.head, nn.layers.Linear)
     model(np.zeros((2, 1), dtype=int))
     clone = copy.deepcopy(model)
     assert clone.recurrent is None and clone.output is None
@@ -267,5 +270,95 @@ def test_two_parameters_under_one_dotted_name_are_refused():
             self.params = {"a.b": nn.NetVar(np.zeros(2))}
             self.__dict__["a.b"] = nn.NetVar(np.zeros(2))     # an attribute named with a dot
 
-    with pytest.raises(ValueError, match="Clash: two parameters or buffers would be named 'a.b'"):
+    with pytest.raises(ValueError, match=r"Clash: model.a\['b'\] and model.a.b would both be "
+                                         r"named 'a.b'; rename one"):
         Clash().state()
+
+
+# ----------------------------------------------------------------------------- the walk
+
+def test_the_walk_lists_modules_parameters_constants_and_buffers_each_once():
+    from nnkit.module import walk
+    net = Net()
+    entries = walk(net)
+    assert entries[0] == ("", "module", net)
+    assert [(name, kind) for name, kind, _ in entries] == [
+        ("", "module"), ("shared", "var"), ("blocks.0", "module"), ("blocks.0.W", "var"),
+        ("blocks.0.b", "var"), ("blocks.1", "module"), ("blocks.1.W", "var"),
+        ("blocks.1.b", "var"), ("heads.out", "var"), ("stats.running_mean", "buffer"),
+        ("stats.running_var", "buffer"), ("mask", "constant")]
+    assert dict((name, value) for name, _, value in entries)["stats.running_var"] == \
+        (net.stats, "running_var")
+    # without descending, the modules below the root are listed and not looked into
+    assert [name for name, _, _ in walk(net, descend=False)] == [
+        "", "shared", "blocks.0", "blocks.1", "heads.out", "stats.running_mean",
+        "stats.running_var", "mask"]
+    # a collection: names by key and index; a NetVar alone is named ""
+    w = nn.NetVar(np.ones(2))
+    assert [(n, k) for n, k, _ in walk({"a": [w, net.blocks[0]], "b": (w,)})] == [
+        ("a.0", "var"), ("a.1", "module"), ("a.1.W", "var"), ("a.1.b", "var"),
+        ("a.1.scale", "var")]
+    assert walk(w) == [("", "var", w)]
+
+
+@pytest.mark.parametrize("root, error, message", [
+    ({"w": nn.NetVar(np.ones(2)), "n": 3}, TypeError,
+     r"where: model\['n'\] is int 3, not a parameter \(a NetVar\), a Module, or a list"),
+    ([nn.NetVar(np.ones(2)) * 2], TypeError,
+     r"where: model\[0\] is a NetVar that is computed by an op \(Mul #\d+ of shape \(1, 2\)\)"),
+    ({"a.b": nn.NetVar(np.ones(2)), "a": {"b": nn.NetVar(np.ones(2))}}, ValueError,
+     r"where: model\['a.b'\] and model\['a'\]\['b'\] would both be named 'a.b'; rename one"),
+    ({"s": {nn.NetVar(np.ones(2))}}, TypeError,
+     r"where: model\['s'\] is a set holding a NetVar; a set has no order"),
+    ({"s": {"a", "b"}}, TypeError, r"where: model\['s'\] is a set; a set has no order"),
+    (42, TypeError, r"where: model is int 42, not a parameter"),
+])
+def test_the_walk_words_each_refusal_once_naming_the_place(root, error, message):
+    from nnkit.module import walk
+    with pytest.raises(error, match=message):
+        walk(root, "where")
+
+
+def test_the_walk_refuses_a_collection_inside_itself():
+    from nnkit.module import walk
+    loop = [nn.NetVar(np.ones(2))]
+    loop.append({"again": loop})
+    with pytest.raises(ValueError, match=r"where: model\[1\]\['again'\] contains itself "
+                                         r"\(model\[1\]\['again'\] is model\)"):
+        walk(loop, "where")
+
+
+@pytest.mark.parametrize("kind", [set, frozenset])
+def test_layers_or_parameters_kept_in_a_set_are_refused_naming_the_attribute(kind):
+    # a set of layers was ignored: its parameters were never listed, trained or saved
+    class Bag(nn.Module):
+        def __init__(self):
+            self.head = nn.layers.Linear(2, 2, seed=0)
+            self.blocks = kind([nn.layers.Linear(2, 2, seed=1)])
+            self.tags = kind(["a", "b"])                # a set of anything else is fine
+
+    bag = Bag()
+    for call in (lambda: bag.vars, bag.state, lambda: nn.Adam(bag.vars), bag.to_cpu):
+        with pytest.raises(TypeError, match=rf"Bag: model.blocks is a {kind.__name__} holding a "
+                                            r"Linear; a set has no order .* use a list or a dict"):
+            call()
+
+
+def test_load_state_takes_the_npz_file_numpy_load_returns(tmp_path):
+    # load_state(np.load(path)) was refused: "state must be a dict"
+    trained, fresh = Net(seed=0), Net(seed=1)
+    with nn.train_mode(True):
+        trained(np.random.default_rng(2).standard_normal((5, 3)))
+    path = tmp_path / "state.npz"
+    np.savez(path, **trained.state())
+    with np.load(path) as archive:
+        assert fresh.load_state(archive) is fresh
+    for name, array in trained.state().items():
+        np.testing.assert_array_equal(fresh.state()[name], array, err_msg=name)
+    np.savez(path, **{**trained.state(), "blocks.0.W": np.zeros((2, 2))})
+    before = fresh.state()
+    with np.load(path) as archive, pytest.raises(ValueError, match=r"Net.load_state: "
+                                                 r"'blocks.0.W' has shape \(2, 2\)"):
+        fresh.load_state(archive)
+    for name, array in before.items():
+        np.testing.assert_array_equal(fresh.state()[name], array, err_msg=name)

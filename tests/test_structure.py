@@ -51,10 +51,12 @@ LAYERS = [
     ["io.topology"],                    # an FFN's topology as plain data
     ["io.checkpoint"],                  # save and load
     ["io"],
-    ["nets.metrics", "nets.ffn", "nets.sequence"],
-    ["nets.hooks"],
-    ["nets.trainer"],
+    ["nets.ffn", "nets.sequence"],      # networks: the models built from ops and layers
     ["nets"],
+    ["training.metrics"],               # training: the Trainer, its hooks and metrics
+    ["training.hooks"],
+    ["training.trainer"],
+    ["training"],
     # observers and tools over the public API; the engine never imports them
     ["gradcheck", "instrument", "trace"],
     ["viz"],                            # draws graphs and recorded traces
@@ -230,3 +232,95 @@ def test_checker_refuses_a_module_without_a_layer(tmp_path):
     assert upward_imports(package, [[""]]) == [
         "pkg.stray (stray.py) has no layer: add it to LAYERS in tests/test_structure.py"]
 
+
+
+# ----------------------------------------------------------------------------- one walk
+
+# The one walk over models and collections is nnkit.module.walk. A function elsewhere that
+# calls itself and tells containers (list, tuple, dict, Mapping, set) from models or parameters
+# (Module, NetVar, FFN) by isinstance is another walker: it would name, dedupe and refuse on
+# its own. Those below walk something else, and say what.
+WALK = "module.py:walk.visit"
+OTHER_WALKS = {
+    "io/topology.py:_encode_topology.encode":
+        "maps an FFN topology's arguments to JSON data keeping their structure (tuple, list)",
+    "nets/ffn.py:FFN.tree": "prints each topology entry's op and arguments; a nested model "
+                            "prints itself",
+    "training/trainer.py:_describe": "describes what a step function returned, for an error",
+}
+CONTAINERS = {"list", "tuple", "dict", "Mapping", "set", "frozenset"}
+MODELS = {"Module", "NetVar", "FFN"}
+
+
+def _isinstance_names(node):
+    if isinstance(node, ast.Tuple):
+        return {name for item in node.elts for name in _isinstance_names(item)}
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Attribute):
+        return {node.attr}
+    return set()
+
+
+def recursive_walkers(package):
+    """``path:qualified.name`` of every function of ``package`` that calls itself (as a
+    function or as a method of another object) and checks values against containers and
+    models (or reads ``vars()`` / ``members()``) with isinstance."""
+    found = []
+
+    def visit(node, prefix, path):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}{child.name}"
+                calls = [n for n in ast.walk(child) if isinstance(n, ast.Call)]
+                recursive = any(getattr(call.func, "id", getattr(call.func, "attr", None))
+                                == child.name for call in calls)
+                checked = set().union(*(_isinstance_names(call.args[1]) for call in calls
+                                        if getattr(call.func, "id", None) == "isinstance"
+                                        and len(call.args) == 2))
+                reads = any(getattr(call.func, "id", None) == "vars"
+                            or getattr(call.func, "attr", None) == "members" for call in calls)
+                if recursive and checked & CONTAINERS and (checked & MODELS or reads):
+                    found.append(f"{path}:{name}")
+                visit(child, name + ".", path)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", path)
+            else:
+                visit(child, prefix, path)
+
+    for file in sorted(package.rglob("*.py")):
+        visit(ast.parse(file.read_text(encoding="utf-8"), str(file)), "",
+              file.relative_to(package).as_posix())
+    return found
+
+
+def walks_beside_the_walk(package):
+    return [f"{name} walks models or collections on its own: use nnkit.module.walk (or, if it "
+            "walks something else, add it to OTHER_WALKS in tests/test_structure.py, saying what)"
+            for name in recursive_walkers(package) if name != WALK and name not in OTHER_WALKS]
+
+
+def test_one_walk_over_models_and_collections():
+    assert WALK in recursive_walkers(PACKAGE)
+    problems = walks_beside_the_walk(PACKAGE)
+    assert problems == [], "\n".join(problems)
+
+
+def test_checker_names_a_planted_walker(tmp_path):
+    package = write_package(tmp_path, {"models.py": (
+        "from .module import Module\n\n"
+        "class Net(Module):\n"
+        "    def params(self, value=None):\n"
+        "        out = []\n"
+        "        for item in (value if value is not None else vars(self).values()):\n"
+        "            if isinstance(item, (list, dict)):\n"
+        "                out += self.params(item)\n"
+        "            elif isinstance(item, Module):\n"
+        "                out += item.params()\n"
+        "        return out\n"),
+        "helpers.py": "def flat(x):\n    return [y for i in x for y in flat(i)] "
+                      "if isinstance(x, list) else [x]\n"})
+    assert walks_beside_the_walk(package) == [
+        "models.py:Net.params walks models or collections on its own: use nnkit.module.walk "
+        "(or, if it walks something else, add it to OTHER_WALKS in tests/test_structure.py, "
+        "saying what)"]

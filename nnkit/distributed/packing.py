@@ -2,59 +2,25 @@
 by device and dtype into contiguous 1-D buffers, and the gradient buffer kept from one step to
 the next.
 """
-import collections.abc
-
 import numpy
 
 from .. import backend
-from ..core import NetVar
-from ..module import Module
+from ..module import walk
 
 _buffers = {}      # (device, dtype) -> (ids of the parameters, their gradient buffer)
 
 
 def _collect(where, params, buffers):
     """``(array, owner)`` for every parameter (owner: its NetVar) and, with ``buffers``, every
-    constant (owner: its NetVar) and buffer (owner None) of the Modules given, each once, in
-    a deterministic order.
+    constant (owner: its NetVar) and buffer (owner None) of ``params``, each once, in a
+    deterministic order (the walk's: the same on every rank for the same model).
 
-    ``params``: a Module, or a list, tuple or dict of NetVars and Modules. Refused: anything
-    else, naming where it is.
+    ``params``: a NetVar, a Module, or a list, tuple or dict of them; refused otherwise, with
+    the walk's errors (naming ``where`` and the place, ``params[0]``).
     """
-    found, seen = [], set()
-
-    def add(array, owner):
-        key = id(owner if owner is not None else array)
-        if key not in seen:
-            seen.add(key)
-            found.append((array, owner))
-
-    def visit(value, label):
-        if isinstance(value, NetVar):
-            if value.parents:
-                raise TypeError(f"{where}: {label} ({value._describe()}) is computed by an op; "
-                                "give the parameters (leaf NetVars) or the model")
-            add(value.data, value)
-        elif isinstance(value, Module):
-            for p in value.vars:
-                add(p.data, p)
-            if buffers:             # (a frozen weight, too: every rank starts from root's)
-                for p in value.named_constants().values():
-                    add(p.data, p)
-                for array in value.named_buffers().values():
-                    add(array, None)
-        elif isinstance(value, collections.abc.Mapping):
-            for key, item in value.items():
-                visit(item, f"{label}[{key!r}]")
-        elif isinstance(value, (list, tuple)):
-            for position, item in enumerate(value):
-                visit(item, f"{label}[{position}]")
-        else:
-            raise TypeError(f"{where}: {label} must be a NetVar, a Module, or a list or dict of "
-                            f"them, got {type(value).__name__}")
-
-    visit(params, "params")
-    return found
+    return [(getattr(*value), None) if kind == "buffer" else (value.data, value)
+            for _, kind, value in walk(params, where, label="params")
+            if kind == "var" or buffers and kind in ("constant", "buffer")]
 
 
 def _buffer_dtype(dtype):

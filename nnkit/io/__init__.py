@@ -14,9 +14,11 @@ What ``model`` may be (for ``save`` and ``load`` alike):
   ``(BatchNorm, gamma, beta, state)`` at entry 3 are ``topology.3.3.running_mean`` and
   ``topology.3.3.running_var``; an FFN inside an FFN adds its place (``topology.0.0.topology.0.1``);
 - a dict, list or tuple, nested as you like, of parameters (leaf NetVars that require a
-  gradient) and Modules, named by keys and indices: ``{"enc": {"w": w}, "layers": [block]}``
-  stores ``enc.w`` and ``layers.0.<the block's names>``. Anything else in it (a constant, a
-  number, None) is refused, naming where it is and what it is.
+  gradient), constants (leaf NetVars that do not) and Modules, named by keys and indices:
+  ``{"enc": {"w": w}, "layers": [block]}`` stores ``enc.w`` and ``layers.0.<the block's
+  names>``. Anything else in it (a number, None, a set) is refused, naming where it is and
+  what it is. Both are listed by the one walk over models, ``nnkit.module.walk``, whose errors
+  these are.
 
 A parameter reachable under several names (a shared weight) is stored once, under its first
 name, as ``named_vars()`` lists it; ``load`` assigns into the existing objects, so what is

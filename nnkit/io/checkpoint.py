@@ -169,7 +169,7 @@ def load(path, model=None, optimizer=None, ops=None, *, schedule=None, trainer=N
             rebuilt = _rebuild(path, meta, params, buffers, source, ops)
             _restore(resume)
             return Checkpoint(rebuilt, meta.get("extra"))
-        names = _file_names(model, target.params, version)    # model name -> name in the file
+        names = _file_names(target.root, target.params, version, params)   # model -> file name
         if _has_topology(model) and meta.get("topology") is not None:
             # an FFN's constants that an older file holds only in its topology
             kept = _topology_constants(meta["topology"])

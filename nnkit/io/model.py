@@ -3,9 +3,8 @@
 (``saved_with_topology``: nnkit.nets.ffn registers FFN; io imports no net)."""
 from collections import namedtuple
 
-from .. import backend
 from ..core import NetVar
-from ..module import Module, dotted
+from ..module import Module, walk
 
 _topology_model = None      # the class registered by saved_with_topology (FFN)
 
@@ -52,26 +51,22 @@ def check_model(model, where="save"):
     """The parameters and buffers ``save`` would store for ``model``, by name.
 
     Returns ``(root, params, buffers)``: a Module to assign through (``model`` itself, or the
-    dict or list seen as one), dotted name -> NetVar and dotted name -> array. Raises TypeError
-    (ValueError for a model that cannot list its parameters, such as an FFN inside itself),
-    starting with ``where`` and naming what was given, for a model that cannot be saved.
+    dict or list seen as one), dotted name -> NetVar (parameters and constants) and dotted
+    name -> array. Raises TypeError or ValueError starting with ``where`` and naming what was
+    given (the walk's errors: ``nnkit.module.walk``) for a model that cannot be saved.
     """
-    try:
-        if isinstance(model, Module):
-            root = model
-        elif isinstance(model, (dict, list, tuple)):
-            _check_collection(model, where)
-            root = _Collection(model)
-        else:
-            hint = "; write [w] or {'w': w}" if isinstance(model, NetVar) else ""
-            raise TypeError(f"{where}: the model must be {_KINDS}, got {_got(model)}{hint}")
-        return _Model(root, {**root.named_vars(), **root.named_constants()},
-                      root.named_buffers())
-    except (TypeError, ValueError) as error:
-        if str(error).startswith(f"{where}:"):
-            raise
-        raise (TypeError if isinstance(error, TypeError) else ValueError)(
-            f"{where}: {error}") from None
+    if isinstance(model, (dict, list, tuple)):
+        walk(model, where)                          # refuses what a collection may not hold
+        root = _Collection(model)
+    elif isinstance(model, Module):
+        root = model
+    else:
+        hint = "; write [w] or {'w': w}" if isinstance(model, NetVar) else ""
+        raise TypeError(f"{where}: the model must be {_KINDS}, got {_got(model)}{hint}")
+    entries = walk(root, where)
+    return _Model(root, {name: value for name, kind, value in entries
+                         if kind in ("var", "constant")},
+                  {name: getattr(*value) for name, kind, value in entries if kind == "buffer"})
 
 
 def _got(value):
@@ -82,51 +77,6 @@ def _got(value):
     return f"{type(value).__name__} {shown}"
 
 
-def _holds_buffers(value):
-    names = getattr(type(value), "buffers", ())
-    return not isinstance(value, type) and bool(names) and isinstance(names, tuple)
-
-
-def _check_collection(model, where):
-    """Refuse what a dict or list to save must not hold, and two objects under one name."""
-    claimed = {}                # name -> (id of the object, where it is)
-
-    def claim(name, value, place):
-        other = claimed.setdefault(name, (id(value), place))
-        if other[0] != id(value):
-            raise TypeError(f"{where}: {other[1]} and {place} would both be saved as "
-                            f"'{name}'; rename a key")
-
-    def visit(value, name, place, inside):
-        if isinstance(value, NetVar):
-            if value.parents or not value.requires_grad:
-                what = ("is computed by an op" if value.parents else
-                        "does not require a gradient (a constant)")
-                raise TypeError(f"{where}: {place} is a NetVar that {what}; a checkpoint holds "
-                                "parameters (leaf NetVars that require a gradient) and buffers")
-            claim(name, value, place)
-        elif isinstance(value, Module):
-            for inner, p in value.named_vars().items():
-                claim(dotted(name, inner), p, place)
-            for inner, array in value.named_buffers().items():
-                claim(dotted(name, inner), array, place)
-        elif _holds_buffers(value):
-            for attribute in type(value).buffers:
-                if backend.is_array(getattr(value, attribute, None)):
-                    claim(dotted(name, attribute), getattr(value, attribute), place)
-        elif isinstance(value, (dict, list, tuple)):
-            if id(value) in inside:
-                raise ValueError(f"{where}: {place} contains itself")
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                visit(item, dotted(name, str(key)), f"{place}[{key!r}]", inside | {id(value)})
-        else:
-            raise TypeError(f"{where}: {place} is {_got(value)}, not a parameter (a NetVar), "
-                            "a Module, or a dict or list of them")
-
-    visit(model, "", "model", frozenset())
-
-
 def _rebuild_refusal(model):
     """Why ``load`` cannot rebuild ``model`` without it (None when it can): only an FFN and
     dicts and lists of parameters are rebuilt from data."""
@@ -134,16 +84,9 @@ def _rebuild_refusal(model):
         return None             # each topology entry says for itself
     if isinstance(model, Module):
         return f"the model is a {type(model).__name__}"
-
-    def find(value, place):
-        if isinstance(value, (dict, list, tuple)):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                found = find(item, f"{place}[{key!r}]")
-                if found:
-                    return found
-        elif not isinstance(value, NetVar):
-            return f"{place} is a {type(value).__name__}"
-        return None
-
-    return find(model, "model")
+    for name, kind, value in walk(model, "save", descend=False):
+        if kind == "module":
+            return f"'{name}' is a {type(value).__name__}"
+        if kind == "buffer":
+            return f"'{name.rpartition('.')[0]}' is a {type(value[0]).__name__}"
+    return None

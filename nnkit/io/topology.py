@@ -9,7 +9,7 @@ import numpy
 
 from .. import backend, checks, ops
 from ..core import NetOp, NetVar
-from ..module import Module
+from ..module import Module, former_names
 from ..ops.loss import Loss
 from ..ops.normalization import BatchNormState
 from .fileformat import CheckpointError, _plain
@@ -103,10 +103,14 @@ def _encode_topology(net, model, writer):
     return entries(net)
 
 
-def _file_names(model, params, version):
-    """Model name -> the name the file uses for that parameter: the same in version 2; in
+def _file_names(model, params, version, saved):
+    """Model name -> the name the file uses for that parameter: the same in version 2, or the
+    name it had before its class renamed it (``nnkit.module.former_names``: a SequenceModel's
+    ``rnn.W`` was its ``W``) where the file, whose parameters are ``saved``, holds that one; in
     version 1, an FFN's parameters were ``<entry>.<Op>.<argument>`` at their first use."""
-    names = {name: name for name in params}
+    former = former_names(model)
+    names = {name: former[name] if name not in saved and former.get(name) in saved else name
+             for name in params}
     if version >= 2 or not _has_topology(model):
         return names
     ids = {id(p): name for name, p in params.items()}

@@ -1,8 +1,6 @@
 """FFN: the article's feed-forward convenience class, a list of (OpClass, *args) entries."""
 
 __all__ = ['FFN']
-import numpy
-
 from .. import backend
 from ..core import NetOp, NetVar
 from ..io import saved_with_topology
@@ -36,11 +34,17 @@ class FFN(Module):
 
     Errors: an entry that is not a tuple starting with a NetOp class, an FFN or a callable
     (e.g. ``(int,)`` or ``(3,)``), and an FFN entry with arguments, raise TypeError when the
-    network is built or called; an op's own error is re-raised naming the entry. ``vars``
-    raises ValueError for an FFN that contains itself and for an argument that needs a
-    gradient but is computed by an op (``w * 2``: its value is fixed when the FFN is built, so
-    training ``w`` would not change it).
+    network is built or called; an op's own error is re-raised naming the entry. ``vars`` (and
+    everything else that walks the model) raises ValueError for an FFN that contains itself and
+    TypeError for an argument that needs a gradient but is computed by an op (``w * 2``: its
+    value is fixed when the FFN is built, so training ``w`` would not change it).
+
+    Its parameters, constants and buffers are Module's: the walk over ``members()``, which
+    lists the topology's arguments. ``to_gpu()`` / ``to_cpu()`` move them in place, and the
+    plain arrays and Loss targets that are an entry's own arguments with them.
     """
+
+    members_are_arguments = True      # a computed argument or the FFN inside itself is refused
 
     def __init__(self, *topology):
         self.topology = list(topology)
@@ -86,58 +90,21 @@ class FFN(Module):
             raise RuntimeError("FFN.back(): call the network on an input first")
         return self.output.back(g)
 
-    def to_gpu(self, device=None):
-        """Move the network to the GPU (CuPy; GPU number ``device``, the current one by
-        default) in place; returns self.
-
-        Every NetVar in the topology (parameters, constants, Loss targets) moves in place, so
-        an optimizer over ``net.vars`` keeps working (its state follows at the next step);
-        plain arrays in the topology are replaced by device copies, BatchNorm running
-        statistics move with them, and the FFNs and models inside move too. Raises
-        RuntimeError when CuPy with a GPU is not available.
-        """
-        return self._move(lambda array: backend.to_gpu(array, device),
-                          lambda node: node.to_gpu(device))
-
-    def to_cpu(self):
-        """Move the network to host memory (NumPy) in place, as ``to_gpu``; returns self."""
-        return self._move(backend.to_cpu, lambda node: node.to_cpu())
-
-    def _move(self, move_array, move_node):
-        def moved(value):
-            if isinstance(value, FFN):
-                return value._move(move_array, move_node)
-            if isinstance(value, NetVar):
-                return move_node(value)
-            if isinstance(value, BatchNormState):
-                value.running_mean = move_array(value.running_mean)
-                value.running_var = move_array(value.running_var)
-                return value
-            if isinstance(value, dict):             # what vars and state() look into
-                return type(value)((key, moved(item)) for key, item in value.items())
-            if isinstance(value, tuple) and hasattr(value, "_fields"):     # a namedtuple
-                return type(value)(*(moved(item) for item in value))
-            if isinstance(value, (tuple, list)):
-                return type(value)(moved(item) for item in value)
-            if isinstance(value, numpy.ndarray) or hasattr(value, "__cuda_array_interface__"):
-                return move_array(value)
-            if not isinstance(value, type) and hasattr(value, "vars") and \
-                    hasattr(value, "to_cpu"):          # a model inside, e.g. a SequenceModel
-                return move_node(value)
-            return value
-
-        self._parts()       # refuses an FFN inside itself before anything moves
-        self.topology[:] = [(moved(entry[0]) if entry[0] is not self else self,
-                             *(moved(arg) for arg in entry[1:]))
-                            if isinstance(entry, tuple) and entry else entry
-                            for entry in self.topology]
-        self.output = None      # the last graph lives on the old device
-        return self
+    def _move_own_data(self, move_node, move_array):
+        """Besides its members (moved by Module's walk): the plain arrays among the arguments
+        and a Loss's targets move too (each entry's own arguments: an array inside a list
+        argument stays where it is); the last output is dropped."""
+        self.output = None
+        for position, entry in enumerate(self.topology):
+            if isinstance(entry, tuple) and entry:
+                self.topology[position] = (entry[0], *(
+                    move_array(value) if backend.is_array(value) else
+                    move_node(value) if isinstance(value, NetVar) else value
+                    for value in entry[1:]))
 
     def members(self):
         """``(name, value)`` for each op argument (not a Loss's targets) and each FFN or Module
         entry, named ``topology.<entry>.<argument>`` (a nested model is argument 0)."""
-        self.vars                       # refuses computed arguments and an FFN inside itself
         out = []
         for position, entry in enumerate(self.topology):
             if not isinstance(entry, tuple) or not entry:
@@ -167,66 +134,6 @@ class FFN(Module):
             lines.append(f"  ({position}): {_label(op)}" + (f" {', '.join(shown)}" if shown
                                                             else ""))
         return lines + [")"]
-
-    @property
-    def vars(self):
-        """The trainable parameters, in topology order (those of the FFNs and models inside
-        included), each once."""
-        params, seen = [], set()
-        for position, op, argument, value in self._parts():
-            if not isinstance(value, NetVar) or not value.requires_grad or id(value) in seen:
-                continue
-            if value.parents:
-                raise ValueError(
-                    f"FFN: topology entry {position} ({_label(op)}) argument {argument} "
-                    f"({value._describe()}) is computed by an op, so its value is fixed when "
-                    "the FFN is built and training would not change it; pass a leaf NetVar "
-                    "(or build it under no_grad() if it is a constant)")
-            seen.add(id(value))
-            params.append(value)
-        return params
-
-    def _parts(self, inside=()):
-        """(position, op, argument, value) for every argument of an op entry that is not a
-        Loss, in topology order, and for every parameter of the FFNs and models inside."""
-        inside = (*inside, self)
-        parts = []
-        for position, entry in enumerate(self.topology):
-            if not isinstance(entry, tuple) or not entry:
-                continue
-            op = entry[0]
-            if isinstance(op, type) and issubclass(op, Loss):
-                continue
-            if isinstance(op, FFN):
-                if any(op is outer for outer in inside):
-                    raise ValueError(f"FFN: topology entry {position} contains the network "
-                                     "itself")
-                parts.extend(op._parts(inside))
-            elif not isinstance(op, type) and hasattr(op, "vars"):      # a model
-                parts.extend((position, op, None, p) for p in op.vars)
-            for argument, value in enumerate(entry[1:], start=1):
-                parts.extend((position, op, argument, item)
-                             for item in _leaves(value, inside, position))
-        return parts
-
-
-def _leaves(value, inside, position):
-    """What the Module walk finds in ``value`` (an argument, or the model of an entry): the
-    value itself, the items of a list, tuple or dict (nested: a weight passed inside ``[w1,
-    w2]`` is a parameter too), the parameters of an FFN or model (an RNN layer's ``h0``
-    argument or a layer passed to a function are trained and saved as named_vars() names
-    them)."""
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _leaves(item, inside, position)]
-    if isinstance(value, dict):
-        return [leaf for item in value.values() for leaf in _leaves(item, inside, position)]
-    if isinstance(value, FFN):
-        if any(value is outer for outer in inside):
-            raise ValueError(f"FFN: topology entry {position} contains the network itself")
-        return [p for *_, p in value._parts(inside)]
-    if isinstance(value, Module):
-        return value.vars
-    return [value]
 
 
 def _label(op):

@@ -1,23 +1,23 @@
-"""Sequence models: embedding -> fused recurrent op -> affine, in a few lines."""
+"""Sequence models: embedding -> recurrent layer -> affine, made of ``nn.layers``."""
 
 __all__ = ['SequenceModel']
+import warnings
+
 import numpy
 
 from .. import backend, checks
 from ..core import NetVar
-from ..dtypes import get_dtype
-from ..init import glorot_uniform, recurrent_weights
+from ..layers import GRU, LSTM, RNN, Embedding, Linear
 from ..layers.common import described
 from ..module import Module
-from ..ops.arithmetic import Add, Multiply
-from ..ops.embedding import Embedding
-from ..ops.recurrent import GRU, LSTM, RNN
 
 _LAYERS = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
 
 
 class SequenceModel(Module):
-    """(embedding) → recurrent layer → affine: a language model or a sequence classifier.
+    """(embedding) → recurrent layer → affine: a language model or a sequence classifier, made
+    of layers: ``embedding`` (``nn.layers.Embedding``, or None), ``rnn`` (``nn.layers.RNN``,
+    ``LSTM`` or ``GRU``) and ``head`` (``nn.layers.Linear``).
 
     ``SequenceModel(inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
     activation='tanh', seed=None)``
@@ -31,10 +31,17 @@ class SequenceModel(Module):
     alone) for 'rnn' and 'gru', ``(h0, c0)`` for 'lstm', each (B, H) or (1, H); another count
     or shape is refused naming the cell, what it expects and the shapes given. After the call
     ``model.final_state`` holds the final states as nodes (detach them to carry them into the
-    next chunk: truncated BPTT). A Module: ``model.vars`` lists the parameters ([table,] W, R,
-    b, Wo, bo), ``model.state()`` copies them out for saving.
-    Initialisation is drawn from ``seed`` (None: nnkit's global generator).
+    next chunk: truncated BPTT). A Module: ``model.named_vars()`` lists the parameters
+    ``[embedding.table,] rnn.W, rnn.R, rnn.b, head.W, head.b``, ``model.state()`` copies them
+    out for saving.
+
+    Initialisation is drawn from ``seed`` (None: nnkit's global generator), the layers in
+    turn from one generator: the same numbers as before the model was made of layers, when it
+    named its parameters ``table, W, R, b, Wo, bo`` (checkpoints and states with those names
+    still load; ``model.W`` etc. still read, with a DeprecationWarning naming the new place).
     """
+    renamed = {"table": "embedding.table", "W": "rnn.W", "R": "rnn.R", "b": "rnn.b",
+               "Wo": "head.W", "bo": "head.b"}
 
     def __init__(self, inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
                  activation='tanh', seed=None):
@@ -48,20 +55,20 @@ class SequenceModel(Module):
         if cell != 'rnn' and activation != 'tanh':
             raise ValueError(f"SequenceModel: activation is for cell='rnn'; an '{cell}' cell "
                              f"has its own nonlinearities, got activation={activation!r}")
-        if activation not in RNN.activations:       # refused before any weight is drawn
+        if activation not in RNN.op.activations:       # refused before any weight is drawn
             raise ValueError(f"SequenceModel: activation must be one of "
-                             f"{list(RNN.activations)}, got {activation!r}")
+                             f"{list(RNN.op.activations)}, got {activation!r}")
         generator = backend.as_generator(seed, "SequenceModel")
         self.cell, self.per_step, self.activation = cell, per_step, activation
-        self.table = None
-        features = inputs
-        if embedding is not None:
-            self.table = NetVar(generator.standard_normal((inputs, embedding)).astype(get_dtype()))
-            features = embedding
-        self.W, self.R, self.b = recurrent_weights(cell, features, hidden, seed=generator)
-        self.Wo = glorot_uniform(hidden, outputs, seed=generator)
-        self.bo = NetVar(numpy.zeros((1, outputs), dtype=get_dtype()))
-        self.recurrent = None
+        self.embedding = None if embedding is None else Embedding(inputs, embedding,
+                                                                  seed=generator)
+        features = inputs if embedding is None else embedding
+        if cell == 'rnn':
+            self.rnn = RNN(features, hidden, activation, seed=generator)
+        else:
+            self.rnn = _LAYERS[cell](features, hidden, seed=generator)
+        self.head = Linear(hidden, outputs, seed=generator)
+        self.recurrent = None       # the recurrent layer's output of the last call
         self.output = None
 
     @property
@@ -75,26 +82,27 @@ class SequenceModel(Module):
 
     def _inputs(self, x):
         data = x._data if isinstance(x, NetVar) else x
-        if self.table is None:
+        if self.embedding is None:
+            F = self.rnn.inputs
             if len(numpy.shape(data)) != 3:
                 raise ValueError(f"SequenceModel: features must be (T, B, F), time-major, got "
                                  f"shape {numpy.shape(data)}")
-            if numpy.shape(data)[2] != self.W.shape[0]:
+            if numpy.shape(data)[2] != F:
                 raise ValueError(f"SequenceModel: features of shape {numpy.shape(data)} have "
-                                 f"F = {numpy.shape(data)[2]}; this model takes F = "
-                                 f"{self.W.shape[0]} (inputs={self.W.shape[0]})")
+                                 f"F = {numpy.shape(data)[2]}; this model takes F = {F} "
+                                 f"(inputs={F})")
             return x
         if numpy.ndim(data) != 2:
             raise ValueError(f"SequenceModel: token ids must be (T, B), got shape "
                              f"{numpy.shape(data)}")
-        return Embedding(data, self.table)
+        return self.embedding(data)
 
     def _state(self, state, x):
         """``state`` as the tuple of initial states of the cell, each checked against (B, H)."""
         if state is None:
             return ()
         names = "(h, c)" if self.cell == 'lstm' else "(h,) or h"
-        B, H = numpy.shape(x._data if isinstance(x, NetVar) else x)[1], self.R.shape[0]
+        B, H = numpy.shape(x._data if isinstance(x, NetVar) else x)[1], self.rnn.hidden
         expected = (f"SequenceModel(cell='{self.cell}'): state must be {names}, each of shape "
                     f"(B, H) = ({B}, {H}) or (1, {H})")
         if self.cell != 'lstm' and hasattr(state, "shape"):
@@ -112,13 +120,34 @@ class SequenceModel(Module):
         """Logits (T, B, outputs) with ``per_step``, else (B, outputs)."""
         x = self._inputs(x)
         state = self._state(state, x)
-        if self.cell == 'lstm':
-            self.recurrent = LSTM(x, self.W, self.R, self.b, *state, lengths=lengths)
-        elif self.cell == 'gru':
-            self.recurrent = GRU(x, self.W, self.R, self.b, *state, lengths=lengths)
-        else:
-            self.recurrent = RNN(x, self.W, self.R, self.b, *state, lengths=lengths,
-                                 activation=self.activation)
-        hidden = self.recurrent if self.per_step else self.recurrent.final
-        self.output = Add(Multiply(hidden, self.Wo), self.bo)
+        self.recurrent = self.rnn(x, lengths=lengths, state=state or None)
+        self.output = self.head(self.recurrent if self.per_step else self.recurrent.final)
         return self.output
+
+
+def _former(old):
+    """A deprecated read of the parameter the model called ``old`` before it was made of
+    layers."""
+    def read(self):
+        new = self.renamed[old]
+        warnings.warn(f"SequenceModel.{old} is deprecated: the parameter is now "
+                      f"model.{new}", DeprecationWarning, stacklevel=2)
+        layer, _, name = new.partition(".")
+        return None if getattr(self, layer) is None else getattr(getattr(self, layer), name)
+    return property(read, doc=f"Deprecated: ``model.{SequenceModel.renamed[old]}``.")
+
+
+for _old in SequenceModel.renamed:
+    setattr(SequenceModel, _old, _former(_old))
+del _old
+
+
+def __getattr__(name):
+    """``nnkit.nets.sequence.recurrent_weights``, its home before ``nnkit.init``: deprecated."""
+    if name != "recurrent_weights":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ..init import recurrent_weights
+    warnings.warn("nnkit.nets.sequence.recurrent_weights is deprecated: use "
+                  "nnkit.init.recurrent_weights (nn.recurrent_weights)", DeprecationWarning,
+                  stacklevel=2)
+    return recurrent_weights

@@ -15,12 +15,39 @@ def test_vars_shapes_and_seeded_init(cell, k):
     for p, q in zip(model.vars, again.vars):
         np.testing.assert_array_equal(p.data, q.data)
     other = nn.SequenceModel(7, 5, 3, cell=cell, embedding=4, seed=1)
-    assert not np.array_equal(model.W.data, other.W.data)
+    assert not np.array_equal(model.rnn.W.data, other.rnn.W.data)
     nn.seed(3)
-    first = nn.SequenceModel(2, 5, 3, cell=cell).W.data
+    first = nn.SequenceModel(2, 5, 3, cell=cell).rnn.W.data
     nn.seed(3)
-    np.testing.assert_array_equal(nn.SequenceModel(2, 5, 3, cell=cell).W.data, first)
+    np.testing.assert_array_equal(nn.SequenceModel(2, 5, 3, cell=cell).rnn.W.data, first)
     assert len(nn.SequenceModel(2, 5, 3, cell=cell).vars) == 5     # no table for features
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn"])
+def test_the_model_is_made_of_layers_and_computes_what_they_compute(cell, rng):
+    # SequenceModel drew its own weights and called the ops itself, beside nn.layers
+    model = nn.SequenceModel(6, 4, 5, cell=cell, embedding=3, seed=0)
+    layer = {"lstm": nn.layers.LSTM, "gru": nn.layers.GRU, "rnn": nn.layers.RNN}[cell]
+    assert type(model.rnn) is layer and type(model.embedding) is nn.layers.Embedding
+    assert type(model.head) is nn.layers.Linear
+    tokens, lengths = rng.integers(0, 6, (5, 3)), np.array([5, 2, 4])
+    by_hand = model.head(model.rnn(model.embedding(tokens), lengths=lengths))
+    np.testing.assert_array_equal(model(tokens, lengths).data, by_hand.data)
+    generator = np.random.default_rng(0)            # the layers drawn in turn from one seed
+    again = [nn.layers.Embedding(6, 3, seed=generator), layer(3, 4, seed=generator),
+             nn.layers.Linear(4, 5, seed=generator)]
+    for p, q in zip(model.vars, [p for part in again for p in part.vars]):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_the_parameters_named_before_layers_still_read_with_a_warning():
+    model = nn.SequenceModel(6, 4, 5, embedding=3, seed=0)
+    for old, new in [("table", model.embedding.table), ("W", model.rnn.W), ("R", model.rnn.R),
+                     ("b", model.rnn.b), ("Wo", model.head.W), ("bo", model.head.b)]:
+        with pytest.warns(DeprecationWarning, match=rf"SequenceModel.{old} is deprecated"):
+            assert getattr(model, old) is new
+    with pytest.warns(DeprecationWarning):
+        assert nn.SequenceModel(2, 4, 5).table is None
 
 
 def test_lstm_forget_gate_bias_is_one():
@@ -42,14 +69,14 @@ def test_outputs_per_step_and_final(cell, rng, float64):
     loss.back()
     assert all(np.abs(p.g).max() > 0 for p in lm.vars)
     unused = np.setdiff1d(np.arange(6), tokens[np.arange(5)[:, None] < lengths])
-    assert np.all(lm.table.g[unused] == 0)       # padding tokens got no gradient
+    assert np.all(lm.embedding.table.g[unused] == 0)       # padding tokens got no gradient
 
     classifier = nn.SequenceModel(2, 4, 3, cell=cell, per_step=False, seed=0)
     x = rng.standard_normal((5, 3, 2))
     out = classifier(x, lengths)
     assert out.shape == (3, 3)
-    np.testing.assert_allclose(out.data, classifier.recurrent.final.data @ classifier.Wo.data
-                               + classifier.bo.data)
+    np.testing.assert_allclose(out.data, classifier.recurrent.final.data
+                               @ classifier.head.W.data + classifier.head.b.data)
     params = classifier.vars
     assert nn.gradcheck(lambda *p: classifier(x, lengths), *params)
 

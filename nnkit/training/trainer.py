@@ -1,4 +1,4 @@
-"""The Trainer: an optional loop over the define-by-run graph (its hooks: ``nnkit.nets.hooks``).
+"""The Trainer: an optional loop over the define-by-run graph (its hooks: ``nnkit.training.hooks``).
 
     def step(batch):                      # builds the graph for one minibatch
         x, y = batch

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from tests.nets.test_trainer import (_assert_unchanged, _batches, _model, _problem,
+from tests.training.test_trainer import (_assert_unchanged, _batches, _model, _problem,
                                      _snapshot, _trained_adam)
 
 

@@ -587,3 +587,27 @@ def test_samples_count_rows_whatever_the_loss_weighs_and_any_op_may_be_the_loss(
     expected = cosine_loss((X[:1],)).item()
     cosine.fit([(X[:1], labels[:1])], epochs=1)
     assert cosine.history["loss"] == [pytest.approx(expected)] and expected > 0
+
+
+# ----------------------------------------------------------------------------- old spellings
+
+@pytest.mark.parametrize("module, name", [("trainer", "Trainer"), ("hooks", "SaveBest"),
+                                          ("metrics", "Accuracy")])
+def test_the_old_nets_modules_still_work_and_name_nnkit_training(module, name):
+    import importlib
+
+    import nnkit.training
+    new = getattr(importlib.import_module(f"nnkit.training.{module}"), name)
+    assert getattr(nn, name) is new and getattr(nnkit.training, name) is new
+    old = importlib.import_module(f"nnkit.nets.{module}")
+    with pytest.warns(DeprecationWarning, match=rf"nnkit.nets.{module} is deprecated: it moved "
+                                                rf"to nnkit.training.{module}"):
+        assert getattr(old, name) is new
+    with pytest.warns(DeprecationWarning, match=rf"nnkit.nets.{name} is deprecated: it moved to "
+                                                rf"nnkit.training.{name} \(nnkit.{name}\)"):
+        assert getattr(nn.nets, name) is new
+    with pytest.warns(DeprecationWarning, match=rf"nnkit.nets.{module} is deprecated"):
+        exec(f"from nnkit.nets.{module} import {name} as imported", {})
+    assert name not in nn.nets.__all__
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        nn.nets.Nothing

@@ -1,6 +1,6 @@
 """Trainer hooks: the ``Hook`` base, the ``History`` every Trainer keeps, and the ready-made
 hooks (progress bar, early stopping, best-model checkpoints, NaN guard, learning-rate schedules,
-loss curves). See ``nnkit.nets.trainer`` for the training protocol they plug into.
+loss curves). See ``nnkit.training.trainer`` for the training protocol they plug into.
 """
 
 __all__ = ['Hook', 'History', 'ProgressBar', 'EarlyStopping', 'SaveBest', 'StopOnNaN',
