@@ -70,8 +70,15 @@ atomic write, reading and checking arrays, ``CheckpointError``), ``topology`` (a
 data: the op registry, encoding and rebuilding, version 1 names) and ``checkpoint`` (``save``,
 ``load`` and the optimizer's state).
 """
-from .checkpoint import Checkpoint, load, save
+from .checkpoint import Checkpoint
+from .dlpack import from_dlpack
+from .files import load, save      # by suffix: .safetensors, .pt / .pth (load), else .npz
 from .fileformat import CheckpointError
 from .model import check_model, saved_with_topology  # noqa: F401 (nnkit.nets uses them)
+from .safetensors import read_safetensors, write_safetensors
+from .torch_state import load_torch_state, torch_state
+from .torchfile import read_torch_file
 
-__all__ = ['save', 'load', 'Checkpoint', 'CheckpointError']
+__all__ = ['save', 'load', 'Checkpoint', 'CheckpointError', 'read_safetensors',
+           'write_safetensors', 'load_torch_state', 'torch_state', 'read_torch_file',
+           'from_dlpack']
