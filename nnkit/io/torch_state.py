@@ -28,7 +28,8 @@ layers of one kind            length): entry k ↔ the ``_l<k>`` weights
                               ``p.out_proj.weight`` = Woᵀ, ``p.out_proj.bias`` = bo[0]
 ``Sequential``                ``Sequential``: entry i at ``p.layers.i`` ↔ ``p.i``
 any other Module, a list,     the same attribute names (``nn.ModuleList`` / ``ModuleDict``),
-a dict                        and its own parameters and buffers as they are
+a dict                        and its own parameters and buffers as they are (a (1, n)
+                              row parameter also takes PyTorch's (n,) vector on loading)
 ============================  ==========================================================
 
 ``TransformerEncoderLayer`` is a Module of these layers with PyTorch's attribute names
@@ -200,8 +201,8 @@ def _parts(model):
                 seen.add(id(value))
                 parts.append(_Part(torch_p, "a parameter", [nn_p],
                                    lambda state: {torch_p: state[nn_p]} if nn_p in state else {},
-                                   lambda get, state: {nn_p: get(torch_p)} if nn_p in state
-                                   else {}))
+                                   lambda get, state: {nn_p: get(torch_p).reshape(
+                                       state[nn_p].shape)} if nn_p in state else {}))
             return
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
@@ -338,7 +339,8 @@ def load_torch_state(model, state_dict):
             raise ValueError(f"load_torch_state: the state dict has no '{key}', which the "
                              f"model's {part.describe()} needs")
         other = given[key]
-        if other.shape != array.shape:
+        row = part.label == "a parameter" and other.ndim == 1 and array.shape == (1,) + other.shape
+        if other.shape != array.shape and not row:      # (n,) fills a (1, n) row parameter
             raise ValueError(f"load_torch_state: '{key}' is {other.shape} in the state dict; "
                              f"the model's {part.describe()} needs {array.shape}")
         if other.dtype.kind != array.dtype.kind or (
