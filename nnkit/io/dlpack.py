@@ -71,6 +71,7 @@ def from_dlpack(x, requires_grad=True, dtype=None, copy=None):
         converted = converted.copy()
     if converted.ndim < 2:
         converted = converted.reshape(1, -1)
-    node = NetVar(xp.zeros((1, 1), dtype=converted.dtype), requires_grad=requires_grad)
+    node = NetVar(xp.zeros((1, 1), dtype=converted.dtype), requires_grad=requires_grad,
+                  dtype=converted.dtype)
     node.data = converted       # the setter keeps the array itself (NetVar(...) copies it)
     return node
