@@ -5,32 +5,26 @@ An nnkit model built from ``nn.layers`` under the same attribute names as a ``to
 has the same weights, in other layouts and under other names. The mapping, layer by layer
 (``p`` is the layer's dotted place; nnkit's 1-D parameters are (1, n) rows, PyTorch's (n,)):
 
-============================  ==========================================================
-nnkit                         PyTorch
-============================  ==========================================================
-``Linear``                    ``Linear``: ``p.weight`` = Wᵀ (out, in), ``p.bias`` = b[0]
-``Conv2D``                    ``Conv2d``: ``p.weight`` = W, ``p.bias`` = b[0]
-``BatchNorm``                 ``BatchNorm1d`` / ``2d``: ``p.weight`` = gamma[0], ``p.bias`` =
-                              beta[0], ``p.running_mean``, ``p.running_var`` =
-                              ``stats.running_*``, ``p.num_batches_tracked`` =
-                              ``stats.num_batches_tracked``
-``LayerNorm``                 ``LayerNorm``: ``p.weight`` = gamma[0], ``p.bias`` = beta[0]
-``Embedding``                 ``Embedding``: ``p.weight`` = table
-``RNN``, ``LSTM``             ``RNN``, ``LSTM``: ``p.weight_ih_l0`` = Wᵀ, ``p.weight_hh_l0``
-                              = Rᵀ, b = ``bias_ih_l0`` + ``bias_hh_l0`` (written back as
-                              ``bias_ih_l0`` = b[0] and ``bias_hh_l0`` = 0: the same layer)
-``GRU``                       ``GRU``: the same, with b = [``bias_ih_l0``; ``bias_hh_l0``]
-                              (nnkit keeps both: the reset gate multiplies one of them)
-``Sequential`` of recurrent   one stacked ``RNN``/``LSTM``/``GRU`` (``num_layers`` = its
-layers of one kind            length): entry k ↔ the ``_l<k>`` weights
-``MultiHeadAttention``        ``MultiheadAttention``: ``p.in_proj_weight`` = [Wqᵀ; Wkᵀ;
-                              Wvᵀ], ``p.in_proj_bias`` = [bq, bk, bv],
-                              ``p.out_proj.weight`` = Woᵀ, ``p.out_proj.bias`` = bo[0]
-``Sequential``                ``Sequential``: entry i at ``p.layers.i`` ↔ ``p.i``
-any other Module, a list,     the same attribute names (``nn.ModuleList`` / ``ModuleDict``),
-a dict                        and its own parameters and buffers as they are (a (1, n)
-                              row parameter also takes PyTorch's (n,) vector on loading)
-============================  ==========================================================
+- ``Linear`` ↔ ``Linear``: ``p.weight`` = Wᵀ (out, in), ``p.bias`` = b[0];
+- ``Conv2D`` ↔ ``Conv2d``: ``p.weight`` = W, ``p.bias`` = b[0];
+- ``BatchNorm`` ↔ ``BatchNorm1d`` / ``BatchNorm2d``: ``p.weight`` = gamma[0], ``p.bias`` =
+  beta[0], ``p.running_mean`` and ``p.running_var`` = ``stats.running_mean`` and
+  ``stats.running_var``, ``p.num_batches_tracked`` = ``stats.num_batches_tracked``;
+- ``LayerNorm`` ↔ ``LayerNorm``: ``p.weight`` = gamma[0], ``p.bias`` = beta[0];
+- ``Embedding`` ↔ ``Embedding``: ``p.weight`` = table;
+- ``RNN``, ``LSTM`` ↔ ``RNN``, ``LSTM``: ``p.weight_ih_l0`` = Wᵀ, ``p.weight_hh_l0`` = Rᵀ,
+  b = ``p.bias_ih_l0`` + ``p.bias_hh_l0`` (written back as ``bias_ih_l0`` = b[0] and
+  ``bias_hh_l0`` = 0: the same layer);
+- ``GRU`` ↔ ``GRU``: the same, with b = [``bias_ih_l0``; ``bias_hh_l0``] (nnkit keeps both:
+  the reset gate multiplies one of them);
+- a ``Sequential`` of recurrent layers of one kind ↔ one stacked ``RNN`` / ``LSTM`` / ``GRU``
+  (``num_layers`` = its length): entry k ↔ the ``_l<k>`` weights;
+- ``MultiHeadAttention`` ↔ ``MultiheadAttention``: ``p.in_proj_weight`` = [Wqᵀ; Wkᵀ; Wvᵀ],
+  ``p.in_proj_bias`` = [bq, bk, bv], ``p.out_proj.weight`` = Woᵀ, ``p.out_proj.bias`` = bo[0];
+- ``Sequential`` ↔ ``Sequential``: entry i at ``p.layers.i`` ↔ ``p.i``;
+- any other Module, a list, a dict ↔ the same attribute names (``ModuleList``,
+  ``ModuleDict``), its own parameters and buffers as they are (a (1, n) row parameter also
+  takes PyTorch's (n,) vector on loading).
 
 ``TransformerEncoderLayer`` is a Module of these layers with PyTorch's attribute names
 (``self_attn``, ``linear1``, ``linear2``, ``norm1``, ``norm2``), so it maps as the layers do.
