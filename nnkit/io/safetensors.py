@@ -53,7 +53,7 @@ from .checkpoint import _file_path
 from .checkpoint import load as _load_npz
 from .checkpoint import save as _save_npz
 from .fileformat import FORMAT, META_KEY, VERSION, CheckpointError, _atomic_write
-from .model import _rebuild_refusal, check_model
+from .model import check_model
 
 __all__ = ['read_safetensors', 'write_safetensors']
 
@@ -336,7 +336,8 @@ def _foreign_description(path, tensors, model, optimizer):
                               "state")
     buffers = check_model(model, "load").buffers
     meta = {"format": FORMAT, "version": VERSION,
-            "model": {"type": type(model).__name__, "why": _rebuild_refusal(model)},
+            "model": {"type": type(model).__name__, "why": "the file was written by another "
+                      "library"},
             "params": [], "buffers": [], "topology": None, "optimizer": None, "extra": None}
     for name, array in tensors.items():
         kind = "buffers" if name in buffers else "params"

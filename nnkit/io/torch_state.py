@@ -299,8 +299,10 @@ def _as_numpy(key, value):
         return value.numpy()
     if backend.is_array(value):
         return numpy.asarray(backend.to_cpu(value))
+    hint = (" (a checkpoint holding a state dict? pass the state dict: "
+            f"state_dict[{key!r}])" if isinstance(value, dict) else "")
     raise TypeError(f"load_torch_state: the state dict's '{key}' is a {type(value).__name__}, "
-                    "not a tensor or an array")
+                    f"not a tensor or an array{hint}")
 
 
 def load_torch_state(model, state_dict):

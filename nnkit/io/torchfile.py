@@ -85,15 +85,16 @@ class _Unpickler(pickle.Unpickler):
         if key not in self.storages:
             record = f"{self.prefix}data/{key}"
             try:
-                raw = self.archive.read(record)
+                size = self.archive.getinfo(record).file_size
             except KeyError:
                 raise CheckpointError(f"read_torch_file: '{self.path}' has no storage "
                                       f"'{record}'") from None
             itemsize = 2 if kind.code == "bf16" else numpy.dtype(kind.code).itemsize
-            if len(raw) != count * itemsize:
+            if size != count * itemsize:        # checked before a byte is inflated
                 raise CheckpointError(f"read_torch_file: '{self.path}': storage '{record}' "
-                                      f"holds {len(raw)} bytes, not {count} "
+                                      f"holds {size} bytes, not {count} "
                                       f"{kind.name} elements of {itemsize} bytes")
+            raw = self.archive.read(record)
             order = "<" if self.byteorder == "little" else ">"
             if kind.code == "bf16":      # the high half of a float32: widen exactly
                 bits = numpy.frombuffer(raw, dtype=order + "u2").astype(numpy.uint32) << 16
