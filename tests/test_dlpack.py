@@ -72,3 +72,16 @@ def test_an_edit_through_the_producer_is_seen_after_mark_edited():
     x.mark_edited()                 # ... so the editor records it, as after x.data[...] = v
     with pytest.raises(nn.InplaceEditError):
         y.back()
+
+
+@pytest.mark.skipif(not nn.gpu_available(), reason="needs CuPy and a GPU")
+def test_cupy_both_ways():
+    import cupy
+    array = cupy.arange(6, dtype=cupy.float32).reshape(2, 3)
+    node = nn.from_dlpack(array)
+    assert node.device.startswith("gpu") and node.dtype == np.float32
+    array[0, 0] = 7
+    assert float(node.data[0, 0]) == 7               # one memory, on the GPU
+    back = cupy.from_dlpack(node)
+    node.data[1, 1] = -3
+    assert float(back[1, 1]) == -3
