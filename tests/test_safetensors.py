@@ -242,6 +242,45 @@ def test_every_truncation_of_a_checkpoint_is_refused(path):
             target_opt.state[0]["t"] == 0
 
 
+def test_any_flipped_byte_is_refused_or_changes_nothing(path):
+    """The format has no checksum: nnkit's files carry one, so a flipped data byte or a changed
+    ``extra`` is refused, not loaded as a silently different model."""
+    model = _model()
+    opt = nn.Adam(model.vars)
+    _train(model, opt, 1)
+    nn.save(path, model, optimizer=opt, extra={"epoch": 3})
+    content = bytearray(open(path, "rb").read())
+    expected = _state(model)
+    rng = np.random.default_rng(0)
+    refused = 0
+    for position in rng.choice(len(content), 150, replace=False):
+        flipped = bytearray(content)
+        flipped[position] ^= 1 << int(rng.integers(8))
+        with open(path, "wb") as file:
+            file.write(flipped)
+        target = _model(seed=5)
+        before = _state(target)
+        try:
+            checkpoint = nn.load(path, target, optimizer=nn.Adam(target.vars))
+        except nn.CheckpointError:
+            refused += 1
+            _assert_same(_state(target), before)
+        else:                               # whitespace of the JSON header: the same model
+            _assert_same(_state(target), expected)
+            assert checkpoint.extra == {"epoch": 3}
+    assert refused > 100
+
+
+def test_a_flipped_data_byte_is_refused_by_the_checksum(path):
+    nn.save(path, _model(), extra={"epoch": 3})
+    content = bytearray(open(path, "rb").read())
+    content[-3] ^= 0x10                     # inside the last tensor's bytes
+    with open(path, "wb") as file:
+        file.write(content)
+    with pytest.raises(nn.CheckpointError, match="does not match its checksum"):
+        read_safetensors(path)
+
+
 def _rewrite(path, change):
     """Load the file's tensors and header, let ``change`` edit them, write it back."""
     tensors, metadata = read_safetensors(path)

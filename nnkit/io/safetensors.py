@@ -16,7 +16,9 @@ What a checkpoint holds is the ``.npz`` checkpoint's, in this container:
   constants) under ``__nnkit__.<key>``;
 - in ``__metadata__["nnkit"]``, the JSON description the ``.npz`` keeps under ``__nnkit__``
   (format and version, the model's type, every name with its shape and dtype, the optimizer's
-  options and state, ``extra``, an FFN's topology), each array referenced by its tensor name.
+  options and state, ``extra``, an FFN's topology), each array referenced by its tensor name;
+- in ``__metadata__["nnkit_crc32"]``, the CRC-32 of that description and of the data, which
+  ``read_safetensors`` checks (the format has no checksum, the .npz's zip has one).
 
 So ``save`` and ``load`` take what the ``.npz`` path takes (a Module, an FFN, a dict or list of
 parameters; ``optimizer``, ``extra``, ``ops``), give the same guarantees (an atomic write;
@@ -40,11 +42,13 @@ A file is refused (``CheckpointError``, nothing changed) when it is truncated, h
 longer than 100 MB or than the file, a header that is not a JSON object of well-formed
 entries, a tensor name twice, an unknown dtype, a tensor whose bytes are not its shape times
 its dtype's size, offsets outside the data, overlapping or leaving a hole, or bytes after the
-last tensor.
+last tensor, or (a file nnkit wrote) when its description or data do not match its checksum.
+A file another library wrote has no checksum: a changed data byte in it cannot be seen.
 """
 import json
 import os
 import tempfile
+import zlib
 
 import numpy
 
@@ -60,6 +64,7 @@ __all__ = ['read_safetensors', 'write_safetensors']
 MAX_HEADER = 100_000_000        # bytes; the safetensors package's own limit
 OPTIMIZER_PREFIX = "__optimizer__."
 OTHER_PREFIX = "__nnkit__."
+CHECKSUM_KEY = "nnkit_crc32"
 
 # safetensors dtype name -> NumPy dtype (little-endian)
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
@@ -79,7 +84,13 @@ def write_safetensors(path, tensors, metadata=None):
     not a non-empty str (or is ``__metadata__``), an array of a dtype the format has no name
     for (TypeError naming it) or metadata that is not str → str.
     """
-    target = _file_path(path, "write_safetensors")
+    _write(_file_path(path, "write_safetensors"), tensors, metadata)
+    return path
+
+
+def _write(target, tensors, metadata, checksum=False):
+    """``write_safetensors``; with ``checksum``, ``__metadata__`` also holds ``CHECKSUM_KEY``,
+    the CRC-32 of the nnkit description and every data byte (see ``_checksum``)."""
     if not isinstance(tensors, dict):
         raise TypeError(f"write_safetensors: tensors must be a dict name -> array, got "
                         f"{type(tensors).__name__}")
@@ -107,6 +118,8 @@ def write_safetensors(path, tensors, metadata=None):
                         "data_offsets": [offset, offset + len(data)]}
         blocks.append(data)
         offset += len(data)
+    if checksum:
+        metadata = {**metadata, CHECKSUM_KEY: _checksum(metadata.get("nnkit", ""), blocks)}
     if metadata:
         header["__metadata__"] = dict(metadata)
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -119,7 +132,17 @@ def write_safetensors(path, tensors, metadata=None):
             file.write(data)
 
     _atomic_write(target, write)
-    return path
+
+
+def _checksum(description, blocks):
+    """The CRC-32 (8 hex digits) of nnkit's description and the data: safetensors has no
+    checksum of its own (the .npz's zip has one per array), and a flipped data byte or a
+    changed ``extra`` would otherwise load as a silently different model. Every other header
+    field is checked by the structure checks or against the description."""
+    crc = zlib.crc32(description.encode("utf-8"))
+    for block in blocks:
+        crc = zlib.crc32(block, crc)
+    return f"{crc:08x}"
 
 
 def read_safetensors(path):
@@ -201,6 +224,9 @@ def read_safetensors(path):
         end = stop
     if end != len(data):
         refuse(f"{len(data) - end} bytes follow the last tensor")
+    if CHECKSUM_KEY in metadata and _checksum(metadata.get("nnkit", ""), [data]) \
+            != metadata[CHECKSUM_KEY]:
+        refuse("its data or nnkit description does not match its checksum (corrupted)")
     tensors = {}
     for name, entry in header.items():
         begin, stop = entry["data_offsets"]
@@ -280,7 +306,7 @@ def save(path, model, optimizer=None, extra=None):
                             "rename one")
         tensors[name] = arrays[reference["key"]]
         reference["key"] = name
-    write_safetensors(target, tensors, {"nnkit": json.dumps(meta)})
+    _write(target, tensors, {"nnkit": json.dumps(meta)}, checksum=True)
     return path
 
 
