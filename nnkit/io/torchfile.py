@@ -23,6 +23,8 @@ times its dtype's size, a missing storage, a truncated archive or the format of 
 1.6 are refused (``CheckpointError``).
 """
 import collections
+import io
+import os
 import pickle
 import zipfile
 
@@ -144,38 +146,38 @@ def read_torch_file(path):
     (named), a missing or short storage, a tensor outside its storage.
     """
     path = _file_path(path, "read_torch_file")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"read_torch_file: no file at '{path}'")
     try:
-        archive = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"read_torch_file: no file at '{path}'") from None
-    except (zipfile.BadZipFile, OSError) as error:
-        raise CheckpointError(f"read_torch_file: '{path}' is not a zip archive as torch.save "
-                              f"writes since PyTorch 1.6 ({error}); a file of an older "
-                              "PyTorch must be loaded and saved again with a newer one") \
-            from None
-    with archive:
-        pickles = [name for name in archive.namelist() if name.endswith("/data.pkl")
-                   and name.count("/") == 1]
-        if len(pickles) != 1:
-            raise CheckpointError(f"read_torch_file: '{path}' is a zip archive but not one "
-                                  "torch.save wrote (no single <name>/data.pkl)")
-        prefix = pickles[0][:-len("data.pkl")]
-        try:
-            byteorder = archive.read(prefix + "byteorder").decode("ascii").strip()
-        except KeyError:
-            byteorder = "little"     # written before PyTorch recorded it: little-endian
-        if byteorder not in ("little", "big"):
-            raise CheckpointError(f"read_torch_file: '{path}' names the byte order "
-                                  f"{byteorder!r}")
-        try:
-            with archive.open(pickles[0]) as file:
-                value = _Unpickler(file, archive, prefix, path, byteorder).load()
-        except CheckpointError:
-            raise
-        except Exception as error:          # a truncated or tampered archive or pickle
-            raise CheckpointError(f"read_torch_file: '{path}' is truncated or corrupted "
-                                  f"({type(error).__name__}: {error})") from None
-    return _plain_dicts(value)
+        if not zipfile.is_zipfile(path):
+            raise CheckpointError(f"read_torch_file: '{path}' is not a zip archive as "
+                                  "torch.save writes since PyTorch 1.6; a file of an older "
+                                  "PyTorch must be loaded and saved again with a newer one")
+        with zipfile.ZipFile(path) as archive:
+            return _plain_dicts(_read_archive(archive, path))
+    except CheckpointError:
+        raise
+    except Exception as error:          # a truncated or tampered archive or pickle
+        raise CheckpointError(f"read_torch_file: '{path}' is truncated or corrupted "
+                              f"({type(error).__name__}: {error})") from None
+
+
+def _read_archive(archive, path):
+    pickles = [name for name in archive.namelist() if name.endswith("/data.pkl")
+               and name.count("/") == 1]
+    if len(pickles) != 1:
+        raise CheckpointError(f"read_torch_file: '{path}' is a zip archive but not one "
+                              "torch.save wrote (no single <name>/data.pkl)")
+    prefix = pickles[0][:-len("data.pkl")]
+    try:
+        byteorder = archive.read(prefix + "byteorder").decode("ascii").strip()
+    except KeyError:
+        byteorder = "little"     # written before PyTorch recorded it: little-endian
+    if byteorder not in ("little", "big"):
+        raise CheckpointError(f"read_torch_file: '{path}' names the byte order {byteorder!r}")
+    # read whole, so that the zip's CRC-32 of the pickle is checked before it is unpickled
+    program = io.BytesIO(archive.read(pickles[0]))
+    return _Unpickler(program, archive, prefix, path, byteorder).load()
 
 
 def _plain_dicts(value):
