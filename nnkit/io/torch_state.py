@@ -270,7 +270,7 @@ def _layouts(model, where):
     out = {}
     for part in parts:
         for key, array in part.out(state).items():
-            out[key] = (numpy.ascontiguousarray(array), part)
+            out[key] = (array, part)
         if part.counter is not None:
             stats, key = part.counter
             out[key] = (numpy.array(int(stats.num_batches_tracked), dtype=numpy.int64), part)
@@ -286,7 +286,8 @@ def torch_state(model):
     nn.torch_state(model).items()})`` hands the weights to PyTorch. A name of the model that
     maps to nothing (a member of a Module nnkit cannot describe) raises TypeError naming it.
     """
-    return {key: array for key, (array, _) in _layouts(model, "torch_state")[2].items()}
+    return {key: numpy.ascontiguousarray(array)
+            for key, (array, _) in _layouts(model, "torch_state")[2].items()}
 
 
 def _as_numpy(key, value):

@@ -104,7 +104,7 @@ class _Unpickler(pickle.Unpickler):
             else:
                 storage = numpy.frombuffer(raw, dtype=numpy.dtype(kind.code).newbyteorder(
                     order if numpy.dtype(kind.code).itemsize > 1 else "|"))
-                storage = storage.astype(storage.dtype.newbyteorder("="))
+                storage = storage.astype(storage.dtype.newbyteorder("="), copy=False)
             self.storages[key] = (storage, kind.name)
         return self.storages[key]
 
