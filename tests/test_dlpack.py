@@ -63,6 +63,13 @@ def test_torch_both_ways():
     np.testing.assert_array_equal(shared.numpy(), weights.data)      # PyTorch sees the step
 
 
+def test_a_producer_that_refuses_is_named():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    with pytest.raises(BufferError, match="from_dlpack: Tensor refused to export its data: "
+                                          "Can.t export tensors that require gradient"):
+        nn.from_dlpack(torch.ones(2, requires_grad=True))
+
+
 def test_an_edit_through_the_producer_is_seen_after_mark_edited():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     tensor = torch.ones(2, 2, dtype=torch.float64)

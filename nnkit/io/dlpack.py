@@ -56,7 +56,11 @@ def from_dlpack(x, requires_grad=True, dtype=None, copy=None):
     else:
         raise ValueError(f"from_dlpack: x lives on DLPack device type {device}; nnkit holds "
                          "host (NumPy) and CUDA (CuPy) arrays")
-    array = xp.from_dlpack(x)
+    try:
+        array = xp.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as error:
+        raise type(error)(f"from_dlpack: {type(x).__name__} refused to export its data: "
+                          f"{error}") from None
     reasons = []
     if copy:
         reasons.append("copy=True")
