@@ -58,6 +58,12 @@ def _row(vector):
     return vector[None, :]
 
 
+# how a parameter's nnkit layout becomes PyTorch's, and back
+_LAYOUTS = {"same": (lambda a: a, lambda a: a),
+            "row": (lambda a: a[0], _row),                  # (1, n) row ↔ (n,) vector
+            "T": (lambda a: a.T, lambda a: a.T)}            # (in, out) ↔ (out, in)
+
+
 class _Part:
     """One layer's (or one parameter's) mapping: the nnkit names it covers, what it writes in
     PyTorch's names and layouts (``out``) and what it reads back (``into``)."""
@@ -70,46 +76,26 @@ class _Part:
         return f"'{self.place}' ({self.label})" if self.place else f"the model ({self.label})"
 
 
-def _linear_part(nn_p, torch_p, weight_name="weight", bias_name="bias", label="layers.Linear"):
-    names = [_dot(nn_p, "W")]
-    has_bias = lambda state: _dot(nn_p, "b") in state                        # noqa: E731
-
-    def out(state):
-        result = {_dot(torch_p, weight_name): state[_dot(nn_p, "W")].T}
-        if has_bias(state):
-            result[_dot(torch_p, bias_name)] = state[_dot(nn_p, "b")][0]
-        return result
-
-    def into(get, state):
-        result = {_dot(nn_p, "W"): get(_dot(torch_p, weight_name)).T}
-        if has_bias(state):
-            result[_dot(nn_p, "b")] = _row(get(_dot(torch_p, bias_name)))
-        return result
-
-    return _Part(torch_p, label, names + [_dot(nn_p, "b")], out, into)
-
-
 def _renamed_part(nn_p, torch_p, label, pairs):
-    """Parameters that map one to one: (nnkit name, PyTorch name, nnkit row → vector?)."""
+    """Parameters that map one to one: ``(nnkit name, PyTorch name, layout)`` each, layout a
+    key of ``_LAYOUTS``; a parameter the model lacks (``bias=False``) has no key."""
 
     def out(state):
-        return {_dot(torch_p, theirs): state[_dot(nn_p, mine)][0] if row
-                else state[_dot(nn_p, mine)]
-                for mine, theirs, row in pairs if _dot(nn_p, mine) in state}
+        return {_dot(torch_p, theirs): _LAYOUTS[layout][0](state[_dot(nn_p, mine)])
+                for mine, theirs, layout in pairs if _dot(nn_p, mine) in state}
 
     def into(get, state):
-        return {_dot(nn_p, mine): _row(get(_dot(torch_p, theirs))) if row
-                else get(_dot(torch_p, theirs))
-                for mine, theirs, row in pairs if _dot(nn_p, mine) in state}
+        return {_dot(nn_p, mine): _LAYOUTS[layout][1](get(_dot(torch_p, theirs)))
+                for mine, theirs, layout in pairs if _dot(nn_p, mine) in state}
 
     return _Part(torch_p, label, [_dot(nn_p, mine) for mine, _, _ in pairs], out, into)
 
 
 def _batchnorm_part(layer, nn_p, torch_p):
     part = _renamed_part(nn_p, torch_p, "layers.BatchNorm",
-                         [("gamma", "weight", True), ("beta", "bias", True),
-                          ("stats.running_mean", "running_mean", False),
-                          ("stats.running_var", "running_var", False)])
+                         [("gamma", "weight", "row"), ("beta", "bias", "row"),
+                          ("stats.running_mean", "running_mean", "same"),
+                          ("stats.running_var", "running_var", "same")])
     part.counter = (layer.stats, _dot(torch_p, "num_batches_tracked"))
     return part
 
@@ -210,18 +196,19 @@ def _parts(model):
             return
         seen.add(id(value))
         if isinstance(value, Linear):
-            parts.append(_linear_part(nn_p, torch_p))
+            parts.append(_renamed_part(nn_p, torch_p, "layers.Linear",
+                                       [("W", "weight", "T"), ("b", "bias", "row")]))
         elif isinstance(value, Conv2D):
             parts.append(_renamed_part(nn_p, torch_p, "layers.Conv2D",
-                                       [("W", "weight", False), ("b", "bias", True)]))
+                                       [("W", "weight", "same"), ("b", "bias", "row")]))
         elif isinstance(value, BatchNorm):
             parts.append(_batchnorm_part(value, nn_p, torch_p))
         elif isinstance(value, LayerNorm):
             parts.append(_renamed_part(nn_p, torch_p, "layers.LayerNorm",
-                                       [("gamma", "weight", True), ("beta", "bias", True)]))
+                                       [("gamma", "weight", "row"), ("beta", "bias", "row")]))
         elif isinstance(value, Embedding):
             parts.append(_renamed_part(nn_p, torch_p, "layers.Embedding",
-                                       [("table", "weight", False)]))
+                                       [("table", "weight", "same")]))
         elif isinstance(value, _RECURRENT):
             parts.append(_recurrent_part([value], [nn_p], torch_p,
                                          f"layers.{type(value).__name__}"))
