@@ -115,7 +115,8 @@ def test_every_dtype_round_trips_through_the_file_format(tmp_path):
     read, metadata = read_safetensors(file)
     assert metadata == {"note": "hello"}
     for name, array in tensors.items():
-        assert read[name].shape == array.shape and read[name].dtype == array.dtype.newbyteorder("=")
+        assert read[name].shape == array.shape
+        assert read[name].dtype == array.dtype.newbyteorder("=")
         np.testing.assert_array_equal(read[name], array)
         assert read[name].flags.writeable
 

@@ -288,7 +288,8 @@ def _make_tagger():
     (lambda s: s.pop("rnn.bias_hh_l1"), ValueError,
      "no 'rnn.bias_hh_l1', which the model's 'rnn' \\(a stack of 2 layers.LSTM\\) needs"),
     (lambda s: s.update({"rnn.weight_ih_l2": torch.zeros(24, 6)}), ValueError,
-     "'rnn.weight_ih_l2' has no place in the model: its layer 'rnn' .*takes \\['rnn.weight_ih_l0'"),
+     "'rnn.weight_ih_l2' has no place in the model: its layer 'rnn' .*takes "
+     "\\['rnn.weight_ih_l0'"),
     (lambda s: s.update({"decoder.weight": torch.zeros(2)}), ValueError,
      "'decoder.weight' has no place in the model \\(no layer"),
     (lambda s: s.update({"head.0.weight": torch.zeros(6, 5)}), ValueError,

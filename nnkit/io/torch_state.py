@@ -43,15 +43,11 @@ from .. import backend
 from ..core import NetVar
 from ..layers import (GRU, LSTM, RNN, BatchNorm, Conv2D, Embedding, LayerNorm, Linear,
                       MultiHeadAttention, Sequential)
-from ..module import Module
+from ..module import Module, dotted
 
 __all__ = ['load_torch_state', 'torch_state']
 
 _RECURRENT = (RNN, LSTM, GRU)
-
-
-def _dot(prefix, name):
-    return f"{prefix}.{name}" if prefix else name
 
 
 def _row(vector):
@@ -81,14 +77,14 @@ def _renamed_part(nn_p, torch_p, label, pairs):
     key of ``_LAYOUTS``; a parameter the model lacks (``bias=False``) has no key."""
 
     def out(state):
-        return {_dot(torch_p, theirs): _LAYOUTS[layout][0](state[_dot(nn_p, mine)])
-                for mine, theirs, layout in pairs if _dot(nn_p, mine) in state}
+        return {dotted(torch_p, theirs): _LAYOUTS[layout][0](state[dotted(nn_p, mine)])
+                for mine, theirs, layout in pairs if dotted(nn_p, mine) in state}
 
     def into(get, state):
-        return {_dot(nn_p, mine): _LAYOUTS[layout][1](get(_dot(torch_p, theirs)))
-                for mine, theirs, layout in pairs if _dot(nn_p, mine) in state}
+        return {dotted(nn_p, mine): _LAYOUTS[layout][1](get(dotted(torch_p, theirs)))
+                for mine, theirs, layout in pairs if dotted(nn_p, mine) in state}
 
-    return _Part(torch_p, label, [_dot(nn_p, mine) for mine, _, _ in pairs], out, into)
+    return _Part(torch_p, label, [dotted(nn_p, mine) for mine, _, _ in pairs], out, into)
 
 
 def _batchnorm_part(layer, nn_p, torch_p):
@@ -96,7 +92,7 @@ def _batchnorm_part(layer, nn_p, torch_p):
                          [("gamma", "weight", "row"), ("beta", "bias", "row"),
                           ("stats.running_mean", "running_mean", "same"),
                           ("stats.running_var", "running_var", "same")])
-    part.counter = (layer.stats, _dot(torch_p, "num_batches_tracked"))
+    part.counter = (layer.stats, dotted(torch_p, "num_batches_tracked"))
     return part
 
 
@@ -107,55 +103,56 @@ def _recurrent_part(layers, nn_places, torch_p, label):
     def out(state):
         result = {}
         for k, nn_p in enumerate(nn_places):
-            b = state[_dot(nn_p, "b")]
-            result[_dot(torch_p, f"weight_ih_l{k}")] = state[_dot(nn_p, "W")].T
-            result[_dot(torch_p, f"weight_hh_l{k}")] = state[_dot(nn_p, "R")].T
-            result[_dot(torch_p, f"bias_ih_l{k}")] = b[0]
-            result[_dot(torch_p, f"bias_hh_l{k}")] = b[1] if two_biases else numpy.zeros_like(
+            b = state[dotted(nn_p, "b")]
+            result[dotted(torch_p, f"weight_ih_l{k}")] = state[dotted(nn_p, "W")].T
+            result[dotted(torch_p, f"weight_hh_l{k}")] = state[dotted(nn_p, "R")].T
+            result[dotted(torch_p, f"bias_ih_l{k}")] = b[0]
+            result[dotted(torch_p, f"bias_hh_l{k}")] = b[1] if two_biases else numpy.zeros_like(
                 b[0])
         return result
 
     def into(get, state):
         result = {}
         for k, nn_p in enumerate(nn_places):
-            b_ih, b_hh = get(_dot(torch_p, f"bias_ih_l{k}")), get(_dot(torch_p, f"bias_hh_l{k}"))
-            result[_dot(nn_p, "W")] = get(_dot(torch_p, f"weight_ih_l{k}")).T
-            result[_dot(nn_p, "R")] = get(_dot(torch_p, f"weight_hh_l{k}")).T
-            result[_dot(nn_p, "b")] = numpy.stack([b_ih, b_hh]) if two_biases else \
+            b_ih = get(dotted(torch_p, f"bias_ih_l{k}"))
+            b_hh = get(dotted(torch_p, f"bias_hh_l{k}"))
+            result[dotted(nn_p, "W")] = get(dotted(torch_p, f"weight_ih_l{k}")).T
+            result[dotted(nn_p, "R")] = get(dotted(torch_p, f"weight_hh_l{k}")).T
+            result[dotted(nn_p, "b")] = numpy.stack([b_ih, b_hh]) if two_biases else \
                 _row(b_ih + b_hh)
         return result
 
-    names = [_dot(nn_p, name) for nn_p in nn_places for name in ("W", "R", "b")]
+    names = [dotted(nn_p, name) for nn_p in nn_places for name in ("W", "R", "b")]
     return _Part(torch_p, label, names, out, into)
 
 
 def _attention_part(nn_p, torch_p):
-    names = [_dot(nn_p, name) for name in ("Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo")]
-    has_bias = lambda state: _dot(nn_p, "bq") in state                      # noqa: E731
+    names = [dotted(nn_p, name) for name in ("Wq", "Wk", "Wv", "Wo", "bq", "bk", "bv", "bo")]
+    has_bias = lambda state: dotted(nn_p, "bq") in state                      # noqa: E731
 
     def out(state):
-        mine = lambda name: state[_dot(nn_p, name)]                          # noqa: E731
-        result = {_dot(torch_p, "in_proj_weight"): numpy.concatenate(
+        mine = lambda name: state[dotted(nn_p, name)]                          # noqa: E731
+        result = {dotted(torch_p, "in_proj_weight"): numpy.concatenate(
             [mine("Wq").T, mine("Wk").T, mine("Wv").T])}
         if has_bias(state):
-            result[_dot(torch_p, "in_proj_bias")] = numpy.concatenate(
+            result[dotted(torch_p, "in_proj_bias")] = numpy.concatenate(
                 [mine("bq")[0], mine("bk")[0], mine("bv")[0]])
-        result[_dot(torch_p, "out_proj.weight")] = mine("Wo").T
+        result[dotted(torch_p, "out_proj.weight")] = mine("Wo").T
         if has_bias(state):
-            result[_dot(torch_p, "out_proj.bias")] = mine("bo")[0]
+            result[dotted(torch_p, "out_proj.bias")] = mine("bo")[0]
         return result
 
     def into(get, state):
-        dim = state[_dot(nn_p, "Wq")].shape[0]
-        packed = get(_dot(torch_p, "in_proj_weight"))
-        result = {_dot(nn_p, name): packed[i * dim:(i + 1) * dim].T
+        dim = state[dotted(nn_p, "Wq")].shape[0]
+        packed = get(dotted(torch_p, "in_proj_weight"))
+        result = {dotted(nn_p, name): packed[i * dim:(i + 1) * dim].T
                   for i, name in enumerate(("Wq", "Wk", "Wv"))}
-        result[_dot(nn_p, "Wo")] = get(_dot(torch_p, "out_proj.weight")).T
+        result[dotted(nn_p, "Wo")] = get(dotted(torch_p, "out_proj.weight")).T
         if has_bias(state):
-            bias = get(_dot(torch_p, "in_proj_bias"))
-            result.update({_dot(nn_p, name): _row(bias[i * dim:(i + 1) * dim])
+            bias = get(dotted(torch_p, "in_proj_bias"))
+            result.update({dotted(nn_p, name): _row(bias[i * dim:(i + 1) * dim])
                            for i, name in enumerate(("bq", "bk", "bv"))})
-            result[_dot(nn_p, "bo")] = _row(get(_dot(torch_p, "out_proj.bias")))
+            result[dotted(nn_p, "bo")] = _row(get(dotted(torch_p, "out_proj.bias")))
         return result
 
     return _Part(torch_p, "layers.MultiHeadAttention", names, out, into)
@@ -186,11 +183,11 @@ def _parts(model):
             return
         if isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
-                visit(item, _dot(nn_p, str(i)), _dot(torch_p, str(i)))
+                visit(item, dotted(nn_p, str(i)), dotted(torch_p, str(i)))
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                visit(item, _dot(nn_p, str(key)), _dot(torch_p, str(key)))
+                visit(item, dotted(nn_p, str(key)), dotted(torch_p, str(key)))
             return
         if isinstance(value, type) or id(value) in seen:
             return
@@ -218,19 +215,19 @@ def _parts(model):
             stack = _stack(value)
             seen.update(id(entry) for entry in stack)
             parts.append(_recurrent_part(
-                stack, [_dot(nn_p, f"layers.{k}") for k in range(len(stack))], torch_p,
+                stack, [dotted(nn_p, f"layers.{k}") for k in range(len(stack))], torch_p,
                 f"a stack of {len(stack)} layers.{type(stack[0]).__name__}"))
         elif isinstance(value, Sequential):
             for i, entry in enumerate(value.layers):
-                visit(entry, _dot(nn_p, f"layers.{i}"), _dot(torch_p, str(i)))
+                visit(entry, dotted(nn_p, f"layers.{i}"), dotted(torch_p, str(i)))
         elif isinstance(value, Module):
             for name, item in value.members():
-                visit(item, _dot(nn_p, name), _dot(torch_p, name))
+                visit(item, dotted(nn_p, name), dotted(torch_p, name))
         else:
             names = getattr(type(value), "buffers", ())
             if names and isinstance(names, tuple):      # running statistics, as they are
                 for attribute in names:
-                    mine, theirs = _dot(nn_p, attribute), _dot(torch_p, attribute)
+                    mine, theirs = dotted(nn_p, attribute), dotted(torch_p, attribute)
                     parts.append(_Part(theirs, "a buffer", [mine],
                                        lambda state, a=mine, b=theirs: {b: state[a]}
                                        if a in state else {},
