@@ -68,7 +68,9 @@ The package, bottom to top: ``model`` (what can be saved: ``check_model``, the d
 as a Module, ``saved_with_topology``), ``fileformat`` (the .npz and its JSON description: the
 atomic write, reading and checking arrays, ``CheckpointError``), ``topology`` (an FFN as plain
 data: the op registry, encoding and rebuilding, version 1 names) and ``checkpoint`` (``save``,
-``load`` and the optimizer's state).
+``load`` and the optimizer's state). Other formats (``files`` picks one by the suffix):
+``safetensors``, PyTorch's ``.pt`` read with an allow-list unpickler (``torchfile``), PyTorch
+state dicts (``torch_state``) and DLPack (``dlpack``); docs/weights.md shows them.
 """
 from .checkpoint import Checkpoint
 from .dlpack import from_dlpack
