@@ -76,6 +76,15 @@ class ArrayLike:
         """The value as a NumPy array (copied from the GPU when it lives there)."""
         return backend.to_cpu(self._data)
 
+    def __dlpack__(self, **keywords):
+        """DLPack export of the value, sharing its memory (``torch.from_dlpack(node)``,
+        ``numpy.from_dlpack(node)``): after writing through the other library, call
+        ``mark_edited()``, as after editing ``.data`` in place."""
+        return self._data.__dlpack__(**keywords)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
     def to_gpu(self, device=None):
         """Move data (and gradient) to the GPU in place; returns self."""
         self._data = backend.to_gpu(self._data, device)

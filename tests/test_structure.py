@@ -50,6 +50,8 @@ LAYERS = [
     ["io.model", "io.fileformat"],      # what can be saved; the file and its description
     ["io.topology"],                    # an FFN's topology as plain data
     ["io.checkpoint"],                  # save and load
+    ["io.safetensors", "io.torchfile", "io.torch_state", "io.dlpack"],   # other formats
+    ["io.files"],                       # save and load by the file's suffix
     ["io"],
     ["nets.ffn", "nets.sequence"],      # networks: the models built from ops and layers
     ["nets"],

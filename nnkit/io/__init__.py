@@ -76,10 +76,19 @@ The package, bottom to top: ``model`` (what can be saved: ``check_model``, the d
 as a Module, ``saved_with_topology``), ``fileformat`` (the .npz and its JSON description: the
 atomic write, reading and checking arrays, ``CheckpointError``), ``topology`` (an FFN as plain
 data: the op registry, encoding and rebuilding, version 1 names) and ``checkpoint`` (``save``,
-``load`` and the optimizer's state).
+``load`` and the optimizer's state). Other formats (``files`` picks one by the suffix):
+``safetensors``, PyTorch's ``.pt`` read with an allow-list unpickler (``torchfile``), PyTorch
+state dicts (``torch_state``) and DLPack (``dlpack``); docs/weights.md shows them.
 """
-from .checkpoint import Checkpoint, load, save
+from .checkpoint import Checkpoint
+from .dlpack import from_dlpack
+from .files import load, save      # by suffix: .safetensors, .pt / .pth (load), else .npz
 from .fileformat import CheckpointError
 from .model import check_model, saved_with_topology  # noqa: F401 (nnkit.nets uses them)
+from .safetensors import read_safetensors, write_safetensors
+from .torch_state import load_torch_state, torch_state
+from .torchfile import read_torch_file
 
-__all__ = ['save', 'load', 'Checkpoint', 'CheckpointError']
+__all__ = ['save', 'load', 'Checkpoint', 'CheckpointError', 'read_safetensors',
+           'write_safetensors', 'load_torch_state', 'torch_state', 'read_torch_file',
+           'from_dlpack']

@@ -81,7 +81,10 @@ def _atomic_write(path, arrays):
                                          prefix="." + os.path.basename(path) + ".")
     try:
         with os.fdopen(handle, "wb") as file:
-            numpy.savez(file, **arrays)
+            if callable(arrays):        # the writer of another format (safetensors)
+                arrays(file)
+            else:
+                numpy.savez(file, **arrays)
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, mode)       # mkstemp makes it private (0600)
