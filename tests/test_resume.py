@@ -277,3 +277,30 @@ def test_a_tampered_resume_entry_is_a_corrupted_file(tmp_path, entry, value, key
     with pytest.raises(nn.CheckpointError, match="corrupted"):
         nn.load(path, model, optimizer=optimizer, **keywords)
     assert (nn.get_rng_state(), schedule.state_dict(), trainer.state_dict()) == before
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+def test_every_checkpoint_format_stores_and_restores_the_resume_state(tmp_path, suffix):
+    """nn.save / nn.load pick the format by suffix: the schedule, the Trainer's epoch and the
+    generator state go through each format alike (a safetensors save refused the keywords)."""
+    model, optimizer, schedule, trainer, batches = build(3)
+    trainer.fit(batches, epochs=1)
+    schedule.step()
+    path = tmp_path / f"run{suffix}"
+    nn.save(path, model, optimizer=optimizer, schedule=schedule, trainer=trainer)
+    expected = nn.get_rng_state()
+    later_model, later_optimizer, later_schedule, later_trainer, _ = build(4)
+    nn.load(path, later_model, optimizer=later_optimizer, schedule=later_schedule,
+            trainer=later_trainer, rng=True)
+    assert nn.get_rng_state() == expected
+    assert later_trainer.epoch == trainer.epoch == 1
+    assert later_optimizer.lr == optimizer.lr != 0.05
+
+
+def test_a_pytorch_state_dict_holds_no_resume_state(tmp_path):
+    """A .pt file has no generator state: asking for it is refused, not silently skipped."""
+    path = tmp_path / "weights.pt"
+    path.write_bytes(b"")
+    model = build(3)[0]
+    with pytest.raises(nn.CheckpointError, match="generator state"):
+        nn.load(path, model, rng=True)

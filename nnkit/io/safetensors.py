@@ -284,16 +284,17 @@ def _tensor_name(place, reference):
     return f"{OTHER_PREFIX}{reference['key']}"
 
 
-def save(path, model, optimizer=None, extra=None):
+def save(path, model, optimizer=None, extra=None, **resume):
     """``nn.save`` for a ``.safetensors`` path (see the module's docstring): the ``.npz``
-    checkpoint's description and checks, in the safetensors container; returns path."""
+    checkpoint's description and checks, in the safetensors container; returns path.
+    ``resume`` (``schedule``, ``trainer``, ``rng``) as for the ``.npz``."""
     target = _file_path(path, "save")
     if target.endswith(os.sep) or os.path.isdir(target):
         raise IsADirectoryError(f"save: '{target}' is a folder (or ends with '{os.sep}'); give "
                                 "a file name")
     with tempfile.TemporaryDirectory() as folder:
         staged = os.path.join(folder, "checkpoint.npz")
-        _save_npz(staged, model, optimizer=optimizer, extra=extra)     # checks everything
+        _save_npz(staged, model, optimizer=optimizer, extra=extra, **resume)   # checks all
         with numpy.load(staged, allow_pickle=False) as file:
             arrays = {key: file[key] for key in file.files}
     meta = json.loads(bytes(arrays.pop(META_KEY)).decode("utf-8"))
@@ -310,7 +311,7 @@ def save(path, model, optimizer=None, extra=None):
     return path
 
 
-def load(path, model=None, optimizer=None, ops=None):
+def load(path, model=None, optimizer=None, ops=None, **resume):
     """``nn.load`` for a ``.safetensors`` path (see the module's docstring); returns
     ``Checkpoint(model, extra)``. A file without nnkit's description needs ``model`` and
     holds no optimizer state."""
@@ -346,7 +347,7 @@ def load(path, model=None, optimizer=None, ops=None):
         staged = os.path.join(folder, "checkpoint.npz")
         numpy.savez(staged, **arrays)       # a scratch file: no rename, no fsync needed
         try:
-            return _load_npz(staged, model, optimizer=optimizer, ops=ops)
+            return _load_npz(staged, model, optimizer=optimizer, ops=ops, **resume)
         except CheckpointError as error:    # name the file the user gave
             raise CheckpointError(str(error).replace(staged, path)) from None
 
