@@ -125,9 +125,8 @@ def refuse_layer_calls(name):
         if args and isinstance(args[0], numbers.Number) and all(
                 isinstance(a, numbers.Number) for a in args):
             given = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in keywords.items())])
-            raise TypeError(f"nn.{name}({given}) builds the op {name}, which is applied to "
-                            f"nodes; a layer with its own parameters is "
-                            f"nn.layers.{name}({given})")
+            raise TypeError(f"nn.{name}({given}) calls the op {name}, which is applied to "
+                            f"nodes; the layer is nn.layers.{name}({given})")
         return object.__new__(cls)
     __new__.layer = name        # what tests/test_structure.py checks the rule by
     return __new__

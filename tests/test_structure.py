@@ -343,3 +343,79 @@ def test_submodules_stay_importable():
     import nnkit.optim.adam
     assert nnkit.ops.Sum is nnkit.Sum and nnkit.optim.adam.Adam is nnkit.Adam
     assert "ops" not in vars(nnkit) and "ops" not in dir(nnkit)
+
+
+# ----------------------------------------------------------------------------- ops named as layers
+# An op that shares its name with a layer (nn.Conv2D and nn.layers.Conv2D), called the way its
+# layer is, raises a TypeError naming the layer (hints.refuse_layer_calls, one line in the op).
+
+# The recurrent ops, whose module is moving into a package: each gets the line
+#     __new__ = refuse_layer_calls("LSTM")
+# in its class (from ..hints import refuse_layer_calls); then remove it from here.
+PENDING_LAYER_RULE = {"RNN", "LSTM", "GRU"}
+
+
+def layer_call(layer):
+    """Arguments calling ``layer`` the simplest way: 4 for each required argument (the first
+    argument's default when none is required: Dropout(p=0.5))."""
+    import inspect
+    parameters = [p for p in list(inspect.signature(layer.__init__).parameters.values())[1:]
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [4 for p in parameters if p.default is p.empty]
+    return required or [parameters[0].default]
+
+
+def ops_named_as_layers():
+    import nnkit
+    return sorted(name for name in nnkit.__all__
+                  if isinstance(getattr(nnkit, name), type)
+                  and issubclass(getattr(nnkit, name), nnkit.NetOp)
+                  and name in nnkit.layers.__all__)
+
+
+def layer_rule_offenders():
+    """Each op named as a layer which, called as its layer is, does not name the layer."""
+    import nnkit
+    offenders = []
+    for name in ops_named_as_layers():
+        args = layer_call(getattr(nnkit.layers, name))
+        shown = ", ".join(map(repr, args))
+        try:
+            getattr(nnkit, name)(*args)
+        except TypeError as error:
+            if f"nn.layers.{name}({shown})" in str(error):
+                continue
+            offenders.append(f"nn.{name}({shown}) raised {error!r}, not naming "
+                             f"nn.layers.{name}({shown}): give the op class the line "
+                             f'__new__ = refuse_layer_calls("{name}")')
+        except Exception as error:      # noqa: BLE001 (any other error is the offence)
+            offenders.append(f"nn.{name}({shown}) raised {error!r}, not a TypeError naming "
+                             f"nn.layers.{name}({shown})")
+        else:
+            offenders.append(f"nn.{name}({shown}) built an op")
+    return offenders
+
+
+def test_an_op_called_as_its_layer_names_the_layer():
+    assert len(ops_named_as_layers()) >= 8
+    offenders = layer_rule_offenders()
+    pending = {line.split("(")[0][3:] for line in offenders} & PENDING_LAYER_RULE
+    done = PENDING_LAYER_RULE - pending
+    assert not done, f"{sorted(done)} follow the op/layer naming rule now: remove them from " \
+                     "PENDING_LAYER_RULE in tests/test_structure.py"
+    others = [line for line in offenders if line.split("(")[0][3:] not in PENDING_LAYER_RULE]
+    assert others == [], "\n".join(others)
+
+
+def test_the_layer_rule_checker_names_a_planted_offender(monkeypatch):
+    import nnkit
+
+    class ReLU(nnkit.Module):          # a layer named as an op that has no rule
+        def __init__(self, features):
+            self.features = features
+
+    monkeypatch.setattr(nnkit.layers, "ReLU", ReLU, raising=False)
+    monkeypatch.setattr(nnkit.layers, "__all__", [*nnkit.layers.__all__, "ReLU"])
+    assert "ReLU" in ops_named_as_layers()
+    assert [line[:22] for line in layer_rule_offenders() if "ReLU" in line] == [
+        "nn.ReLU(4) raised Attr"]
