@@ -8,7 +8,7 @@ docs/pytorch.md shows the same equivalences side by side, with their exact arith
 
 Nothing here imports the rest of nnkit: every layer of the package may use it.
 """
-import numbers
+import numpy
 
 __all__ = ["PYTORCH", "spelling", "keyword_hint", "refuse_layer_calls", "no_input"]
 
@@ -110,6 +110,9 @@ def keyword_hint(caller, name, where="keyword", hint=""):
 
 # ----------------------------------------------------------------------------- ops vs layers
 
+_NUMBERS = (int, float, numpy.number)   # (concrete classes: numbers.Number's check is slower)
+
+
 def refuse_layer_calls(name):
     """``__new__`` for an op that shares its name with a layer (``nn.Conv2D`` and
     ``nn.layers.Conv2D``): the op called the way its layer is (only numbers as positional
@@ -122,8 +125,7 @@ def refuse_layer_calls(name):
     An op's first argument is a node or an array, so a normal call passes on one isinstance.
     """
     def __new__(cls, *args, **keywords):
-        if args and isinstance(args[0], numbers.Number) and all(
-                isinstance(a, numbers.Number) for a in args):
+        if args and isinstance(args[0], _NUMBERS) and all(isinstance(a, _NUMBERS) for a in args):
             given = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in keywords.items())])
             raise TypeError(f"nn.{name}({given}) calls the op {name}, which is applied to "
                             f"nodes; the layer is nn.layers.{name}({given})")
