@@ -74,8 +74,7 @@ def __getattr__(name):
         return module
     ours = _hints.spelling("nnkit", name)
     if ours is not None:
-        raise AttributeError(f"module 'nnkit' has no attribute {name!r}: nnkit spells it "
-                             f"nn.{ours}")
+        raise AttributeError(f"module 'nnkit' has no attribute {name!r}; in nnkit: {ours}")
     raise AttributeError(f"module 'nnkit' has no attribute {name!r}")
 
 

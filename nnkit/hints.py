@@ -22,7 +22,7 @@ PYTORCH = {
         "requires_grad_": "requires_grad = True", "cpu": "to_cpu()", "cuda": "to_gpu()",
         "to": "to_gpu() / to_cpu()", "view": "reshape()", "permute": "transpose()",
         "dim": "ndim", "numel": "size", "grad_fn": "parents", "is_leaf": "not parents",
-        "size()": ".shape (size is NumPy's: the number of elements, an int, not a method)",
+        "size()": ".shape (and x.shape[d] for x.size(d))",
     },
     # attributes of a Module (a model or a layer), answered by Module.__getattr__
     "module": {
@@ -72,19 +72,20 @@ PYTORCH = {
     },
     # names of the nnkit namespace, answered by nnkit.__getattr__
     "nnkit": {
-        "CrossEntropyLoss": "SoftmaxCELoss (softmax cross-entropy on logits, the mean)",
-        "BCEWithLogitsLoss": "SigmoidCELoss (on logits, the mean)",
-        "Linear": "layers.Linear", "Sequential": "layers.Sequential",
-        "MultiheadAttention": "layers.MultiHeadAttention",
-        "TransformerEncoderLayer": "layers.TransformerEncoderLayer",
-        "Tensor": "NetVar", "tensor": "NetVar", "Parameter": "NetVar",
-        "from_numpy": "NetVar", "SGD": "GD, whose momentum is an average of the gradient, "
-        "not SGD's sum: SGD(lr, momentum=β) is GD(lr=lr / (1 − β), momentum=β)",
-        "RMSprop": "RMSProp", "Adagrad": "AdaGrad", "LeakyReLU": "LReLU",
-        "Hardtanh": "HardTanh", "SmoothL1Loss": "HuberLoss",
-        "inference_mode": "no_grad", "set_grad_enabled": "no_grad() / enable_grad()",
-        "manual_seed": "seed", "cat": "Concat", "stack": "Stack", "where": "Where",
-        "matmul": "Multiply (or a @ b)", "functional": "the ops themselves (nn.ReLU(x), ...)",
+        "CrossEntropyLoss": "nn.SoftmaxCELoss (softmax cross-entropy on logits, the mean)",
+        "BCEWithLogitsLoss": "nn.SigmoidCELoss (on logits, the mean)",
+        "Linear": "nn.layers.Linear", "Sequential": "nn.layers.Sequential",
+        "MultiheadAttention": "nn.layers.MultiHeadAttention",
+        "TransformerEncoderLayer": "nn.layers.TransformerEncoderLayer",
+        "Tensor": "nn.NetVar", "tensor": "nn.NetVar", "Parameter": "nn.NetVar",
+        "from_numpy": "nn.NetVar",
+        "SGD": "nn.GD, whose momentum is an average of the gradient, not SGD's sum: "
+               "SGD(lr, momentum=β) is nn.GD(lr=lr / (1 − β), momentum=β)",
+        "RMSprop": "nn.RMSProp", "Adagrad": "nn.AdaGrad", "LeakyReLU": "nn.LReLU",
+        "Hardtanh": "nn.HardTanh", "SmoothL1Loss": "nn.HuberLoss(d) / d for beta=d (see docs/pytorch.md for reductions)",
+        "inference_mode": "nn.no_grad", "set_grad_enabled": "nn.no_grad() / nn.enable_grad()",
+        "manual_seed": "nn.seed", "cat": "nn.Concat", "stack": "nn.Stack", "where": "nn.Where",
+        "matmul": "nn.Multiply (or a @ b)", "functional": "the ops themselves (nn.ReLU(x), ...)",
     },
 }
 
@@ -104,8 +105,7 @@ def keyword_hint(caller, name, where="keyword", hint=""):
     if where == "keyword":
         return TypeError(f"{caller}: nnkit spells the {ours} argument {ours}=, not "
                          f"{name}={hint}")
-    return TypeError(f"{caller} got an unexpected keyword argument {name!r}: nnkit spells "
-                     f"it {ours}")
+    return TypeError(f"{caller} got an unexpected keyword argument {name!r}; in nnkit: {ours}")
 
 
 # ----------------------------------------------------------------------------- ops vs layers

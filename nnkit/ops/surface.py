@@ -190,9 +190,9 @@ class _Size(int):
     __slots__ = ()
 
     def __call__(self, *args, **keywords):
-        raise TypeError(f"size is an int in nnkit (here {int(self)}, the number of elements, "
-                        f"as NumPy's), not a method: for PyTorch's size() write "
-                        f"{PYTORCH['node']['size()']}")
+        raise TypeError(f"size is an int in nnkit (here {int(self)}: the number of elements, "
+                        f"as NumPy's), not a method; PyTorch's x.size() is nnkit's "
+                        f"x{PYTORCH['node']['size()']}")
 
 
 SURFACE["size"] = property(lambda x: _Size(x._data.size))
