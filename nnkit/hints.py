@@ -82,7 +82,8 @@ PYTORCH = {
         "SGD": "nn.GD, whose momentum is an average of the gradient, not SGD's sum: "
                "SGD(lr, momentum=β) is nn.GD(lr=lr / (1 − β), momentum=β)",
         "RMSprop": "nn.RMSProp", "Adagrad": "nn.AdaGrad", "LeakyReLU": "nn.LReLU",
-        "Hardtanh": "nn.HardTanh", "SmoothL1Loss": "nn.HuberLoss(d) / d for beta=d (see docs/pytorch.md for reductions)",
+        "Hardtanh": "nn.HardTanh",
+        "SmoothL1Loss": "nn.HuberLoss(p, t, d) / d for beta=d (docs/pytorch.md: reductions)",
         "inference_mode": "nn.no_grad", "set_grad_enabled": "nn.no_grad() / nn.enable_grad()",
         "manual_seed": "nn.seed", "cat": "nn.Concat", "stack": "nn.Stack", "where": "nn.Where",
         "matmul": "nn.Multiply (or a @ b)", "functional": "the ops themselves (nn.ReLU(x), ...)",

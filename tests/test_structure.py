@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "nnkit"
 # to nnkit ("ops" is the package nnkit/ops/__init__.py, which re-exports every op family);
 # a name that matches no file is skipped (modules move in and out during a refactor).
 LAYERS = [
-    ["checks", "hints"],                # argument checks, PyTorch spellings: import nothing of nnkit
+    ["checks", "hints"],                # argument checks, PyTorch's spellings; import no nnkit
     ["backend"],                        # NumPy / CuPy, devices, random numbers
     ["dtypes"],                         # the dtype policy
     ["arraylike"],                      # what a node offers as the array it holds
