@@ -94,7 +94,7 @@ def train_classifier(penalty, rng, steps=300):
     optimizer = nn.Adam(model.vars, lr=0.03)
     t = nn.NetVar(labels[:, None] * 1.0, requires_grad=False)
     for _ in range(steps):
-        x = nn.NetVar(points, dtype=nn.get_dtype())  # needs a gradient: in the model's dtype
+        x = nn.NetVar(points)                        # the input needs a gradient here
         score = model(x)
         loss = nn.SigmoidCELoss(score, t)
         if penalty:
@@ -102,7 +102,7 @@ def train_classifier(penalty, rng, steps=300):
             loss = loss + penalty * (dx * dx).sum(axis=1).mean()
         loss.back()
         optimizer.step()
-    x = nn.NetVar(test_points, dtype=nn.get_dtype())
+    x = nn.NetVar(test_points)
     score = model(x)
     dx, = nn.grad(score.sum(), [x])
     accuracy = float(((score.data[:, 0] > 0) == test_labels).mean())

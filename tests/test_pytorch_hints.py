@@ -289,10 +289,15 @@ def test_float64_data_into_a_float32_layer_computes_in_float32(layer, shape):
         assert y.dtype == np.float32
         np.testing.assert_array_equal(y.data, model(x.astype(np.float32)).data)
         name = f"layers.{type(model).__name__}"
-        with pytest.raises(TypeError, match=rf"^{name}: x has dtype float64 and needs a "
-                                            r"gradient, the layer's parameters are float32"):
-            model(nn.NetVar(x))
+        with pytest.raises(TypeError, match=rf"^{name}: x has dtype float64, computed by Mul, "
+                                            r"and the layer's parameters are float32"):
+            model(nn.NetVar(x) * 2.0)
         assert model(nn.NetVar(x, requires_grad=False)).dtype == np.float32
+        leaf = nn.NetVar(x)                       # an input that needs a gradient
+        out = model(leaf)
+        assert out.dtype == np.float32
+        out.sum().back()
+        assert leaf.g.dtype == np.float64 and leaf.g.any()
     finally:
         nn.set_dtype(previous)
 

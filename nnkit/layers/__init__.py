@@ -21,9 +21,9 @@ global generator (``nnkit.seed``), an int a fresh generator, a ``numpy.random.Ge
 To initialise otherwise, assign a parameter: ``layer.W = nn.he(4, 8)``.
 
 Input of another float dtype than the parameters never promotes the layer's computation
-silently: a constant (NumPy data, a NetVar that needs no gradient) is cast to the
+silently: data (NumPy arrays, a leaf NetVar, even one that needs a gradient) is cast to the
 parameters' dtype (float64 data into a float32 model computes in float32, as its weights
-are); a node that needs a gradient is refused, naming both dtypes (PyTorch refuses both).
+are); a node computed by ops of another dtype is refused, naming both dtypes.
 
 Errors name the layer (``layers.Linear``), the argument and the shapes. A constructor checks
 every argument before it draws a number, so a refused layer leaves nnkit's generator as it was;
