@@ -27,11 +27,13 @@ import copy
 import html
 import reprlib
 from collections.abc import Mapping
+import weakref
 
 import numpy
 
 from . import backend
 from .core import NetOp, NetVar
+from .hints import spelling
 
 __all__ = ["Module", "walk", "former_names"]
 
@@ -240,6 +242,41 @@ class Module:
 
     def _repr_html_(self):
         return f"<pre>{html.escape(repr(self))}</pre>"
+
+    # -- PyTorch's names, and parameters replaced under an optimizer
+    def __getattr__(self, name):
+        """Called only when the normal lookup found nothing: PyTorch's names
+        (``model.parameters()``, ``.eval()``, ...) raise an AttributeError naming nnkit's
+        spelling (``hints.PYTORCH["module"]``); any other name raises Python's own error."""
+        ours = spelling("module", name)
+        if ours is None:        # (again, so that a property's own AttributeError is the one seen)
+            return object.__getattribute__(self, name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; in nnkit: {ours}")
+
+    def __setattr__(self, name, value):
+        """Assigning is registering (nothing more), except that replacing a parameter (or a
+        submodule holding parameters) that a live optimizer updates is told to that
+        optimizer, whose next ``step()`` refuses to go on training the NetVar the model no
+        longer uses (see ``watch_replacements``)."""
+        if _watchers:
+            old = self.__dict__.get(name)
+            if old is not value and isinstance(old, (NetVar, Module)):
+                replaced = old.vars if isinstance(old, Module) else \
+                    [old] if old.requires_grad and not old.parents else ()   # (not a graph)
+                for watcher in list(_watchers) if replaced else ():
+                    watcher.parameters_replaced(replaced, f"{type(self).__name__}.{name}")
+        object.__setattr__(self, name, value)
+
+
+_watchers = weakref.WeakSet()
+
+
+def watch_replacements(watcher):
+    """Tell ``watcher`` (an optimizer) whenever a Module's attribute holding a NetVar or a
+    Module is assigned another value: ``watcher.parameters_replaced(old_parameters, where)``,
+    ``where`` naming the attribute (``"Linear.W"``). Only attributes are seen: a parameter
+    replaced inside a list or dict, or outside any Module, is not."""
+    _watchers.add(watcher)
 
 
 # ----------------------------------------------------------------------------- the walk

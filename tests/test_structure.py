@@ -14,7 +14,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "nnkit"
 # to nnkit ("ops" is the package nnkit/ops/__init__.py, which re-exports every op family);
 # a name that matches no file is skipped (modules move in and out during a refactor).
 LAYERS = [
-    ["checks"],                         # scalar argument checks; imports nothing from nnkit
+    ["checks", "hints"],                # argument checks, PyTorch's spellings; import no nnkit
     ["backend"],                        # NumPy / CuPy, devices, random numbers
     ["dtypes"],                         # the dtype policy
     ["arraylike"],                      # what a node offers as the array it holds
@@ -60,7 +60,7 @@ LAYERS = [
     ["training.trainer"],
     ["training"],
     # observers and tools over the public API; the engine never imports them
-    ["gradcheck", "instrument", "trace"],
+    ["gradient_check", "instrument", "trace"],
     ["viz"],                            # draws graphs and recorded traces
     [""],                               # nnkit/__init__.py: re-exports only
 ]
@@ -326,3 +326,190 @@ def test_checker_names_a_planted_walker(tmp_path):
         "models.py:Net.params walks models or collections on its own: use nnkit.module.walk "
         "(or, if it walks something else, add it to OTHER_WALKS in tests/test_structure.py, "
         "saying what)"]
+# ----------------------------------------------------------------------------- the public surface
+# `import nnkit` shows the names of nnkit.__all__ and nothing else public: no module leaked by an
+# import, no name hiding a module of the package, each alias (two names, one object) deliberate
+# and listed once in docs/pytorch.md's "Aliases" section.
+
+ALIASES_PAGE = PACKAGE.parent / "docs" / "pytorch.md"
+
+
+def surface_problems(module, package_dir):
+    """Messages naming each offender of ``module``'s public surface (``package_dir`` its
+    folder, where its submodules are files)."""
+    import types
+    public = set(getattr(module, "__all__", ()))
+    names = {name: value for name, value in vars(module).items() if not name.startswith("_")}
+    problems = [f"{module.__name__}.__all__ is missing" for _ in [0] if not public]
+    problems += [f"{module.__name__}.{name} is in __all__ but not defined"
+                 for name in sorted(public - set(names))]
+    problems += [f"{module.__name__}.{name} is public but not in __all__"
+                 for name in sorted(set(names) - public) if name != "dtype"]
+    problems += [f"{module.__name__}.{name}: the module {value.__name__} leaked by an import "
+                 "(delete it from the namespace, or make it public in __all__)"
+                 for name, value in sorted(names.items())
+                 if isinstance(value, types.ModuleType) and name not in public]
+    for name, value in sorted(names.items()):
+        on_disk = (package_dir / f"{name}.py").is_file() or (package_dir / name).is_dir()
+        if on_disk and getattr(value, "__name__", None) != f"{module.__name__}.{name}":
+            problems.append(f"{module.__name__}.{name} ({type(value).__name__}) hides the module "
+                            f"{module.__name__}.{name}: rename one of them")
+    return problems
+
+
+def alias_groups(module):
+    """Each group of names of ``__all__`` bound to one object, as a sorted tuple."""
+    groups = {}
+    for name in module.__all__:
+        if name in vars(module):
+            groups.setdefault(id(vars(module)[name]), []).append(name)
+    return sorted(tuple(sorted(names)) for names in groups.values() if len(names) > 1)
+
+
+def undocumented_aliases(module, page_text):
+    """Each alias group that is not one row of the page's "Aliases" section (a row names
+    every name of its group in backquotes), or is listed more than once."""
+    section = page_text.split("\n## Aliases", 1)[-1].split("\n## ", 1)[0] \
+        if "\n## Aliases" in page_text else ""
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    problems = []
+    for group in alias_groups(module):
+        found = [row for row in rows if all(f"`{name}`" in row for name in group)]
+        if len(found) != 1:
+            problems.append(f"the alias {' = '.join(group)} is listed {len(found)} times in the "
+                            "Aliases section of docs/pytorch.md (once, saying why)")
+    return problems
+
+
+def test_the_public_surface_is_all_and_only_all():
+    import nnkit
+    problems = surface_problems(nnkit, PACKAGE)
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_alias_is_listed_once_in_the_docs():
+    import nnkit
+    problems = undocumented_aliases(nnkit, ALIASES_PAGE.read_text(encoding="utf-8"))
+    assert problems == [], "\n".join(problems)
+
+
+def test_surface_checker_names_each_planted_offender(tmp_path):
+    import types
+    (tmp_path / "helpers.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    fake = types.ModuleType("pkg")
+    fake.__all__ = ["f", "g", "gone", "helpers"]
+    fake.f = fake.g = len                         # an alias
+    fake.sub = types.ModuleType("pkg.sub")        # a module leaked by an import
+    fake.helpers = print                          # a function hiding the module pkg.helpers
+    fake.extra = 1                                # public, not in __all__
+    assert surface_problems(fake, tmp_path) == [
+        "pkg.gone is in __all__ but not defined",
+        "pkg.extra is public but not in __all__",
+        "pkg.sub is public but not in __all__",
+        "pkg.sub: the module pkg.sub leaked by an import (delete it from the namespace, or make "
+        "it public in __all__)",
+        "pkg.helpers (builtin_function_or_method) hides the module pkg.helpers: rename one of "
+        "them",
+    ]
+    fake.__all__.remove("gone")
+    missing = "the alias f = g is listed 0 times in the Aliases section of docs/pytorch.md"
+    assert undocumented_aliases(fake, "\n## Aliases\n| `f` |\n")[0].startswith(missing)
+    twice = "\n## Aliases\n| `f`, `g` | one |\n| `g` = `f` | two |\n"
+    assert "listed 2 times" in undocumented_aliases(fake, twice)[0]
+    assert undocumented_aliases(fake, "\n## Aliases\n| `f` | `g` | why |\n## Next\n") == []
+
+
+def test_old_module_spelling_warns_naming_the_new_one():
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from nnkit.gradcheck import GradcheckReport
+    import nnkit.gradient_check
+    assert GradcheckReport is nnkit.gradient_check.GradcheckReport
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "nnkit.gradient_check" in str(caught[0].message)
+
+
+def test_submodules_stay_importable():
+    import nnkit
+    import nnkit.ops
+    import nnkit.optim.adam
+    assert nnkit.ops.Sum is nnkit.Sum and nnkit.optim.adam.Adam is nnkit.Adam
+    assert "ops" not in vars(nnkit) and "ops" not in dir(nnkit)
+
+
+# ----------------------------------------------------------------------------- ops named as layers
+# An op that shares its name with a layer (nn.Conv2D and nn.layers.Conv2D), called the way its
+# layer is, raises a TypeError naming the layer (hints.refuse_layer_calls, one line in the op).
+
+# The recurrent ops, whose module is moving into a package: each gets the line
+#     __new__ = refuse_layer_calls("LSTM")
+# in its class (from ..hints import refuse_layer_calls); then remove it from here.
+PENDING_LAYER_RULE = {"RNN", "LSTM", "GRU"}
+
+
+def layer_call(layer):
+    """Arguments calling ``layer`` the simplest way: 4 for each required argument (the first
+    argument's default when none is required: Dropout(p=0.5))."""
+    import inspect
+    parameters = [p for p in list(inspect.signature(layer.__init__).parameters.values())[1:]
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [4 for p in parameters if p.default is p.empty]
+    return required or [parameters[0].default]
+
+
+def ops_named_as_layers():
+    import nnkit
+    return sorted(name for name in nnkit.__all__
+                  if isinstance(getattr(nnkit, name), type)
+                  and issubclass(getattr(nnkit, name), nnkit.NetOp)
+                  and name in nnkit.layers.__all__)
+
+
+def layer_rule_offenders():
+    """Each op named as a layer which, called as its layer is, does not name the layer."""
+    import nnkit
+    offenders = []
+    for name in ops_named_as_layers():
+        args = layer_call(getattr(nnkit.layers, name))
+        shown = ", ".join(map(repr, args))
+        try:
+            getattr(nnkit, name)(*args)
+        except TypeError as error:
+            if f"nn.layers.{name}({shown})" in str(error):
+                continue
+            offenders.append(f"nn.{name}({shown}) raised {error!r}, not naming "
+                             f"nn.layers.{name}({shown}): give the op class the line "
+                             f'__new__ = refuse_layer_calls("{name}")')
+        except Exception as error:      # noqa: BLE001 (any other error is the offence)
+            offenders.append(f"nn.{name}({shown}) raised {error!r}, not a TypeError naming "
+                             f"nn.layers.{name}({shown})")
+        else:
+            offenders.append(f"nn.{name}({shown}) built an op")
+    return offenders
+
+
+def test_an_op_called_as_its_layer_names_the_layer():
+    assert len(ops_named_as_layers()) >= 8
+    offenders = layer_rule_offenders()
+    pending = {line.split("(")[0][3:] for line in offenders} & PENDING_LAYER_RULE
+    done = PENDING_LAYER_RULE - pending
+    assert not done, f"{sorted(done)} follow the op/layer naming rule now: remove them from " \
+                     "PENDING_LAYER_RULE in tests/test_structure.py"
+    others = [line for line in offenders if line.split("(")[0][3:] not in PENDING_LAYER_RULE]
+    assert others == [], "\n".join(others)
+
+
+def test_the_layer_rule_checker_names_a_planted_offender(monkeypatch):
+    import nnkit
+
+    class ReLU(nnkit.Module):          # a layer named as an op that has no rule
+        def __init__(self, features):
+            self.features = features
+
+    monkeypatch.setattr(nnkit.layers, "ReLU", ReLU, raising=False)
+    monkeypatch.setattr(nnkit.layers, "__all__", [*nnkit.layers.__all__, "ReLU"])
+    assert "ReLU" in ops_named_as_layers()
+    assert [line[:22] for line in layer_rule_offenders() if "ReLU" in line] == [
+        "nn.ReLU(4) raised Attr"]

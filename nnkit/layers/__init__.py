@@ -20,6 +20,11 @@ convention; the ops broadcast it. Random initialisation draws from ``seed``: Non
 global generator (``nnkit.seed``), an int a fresh generator, a ``numpy.random.Generator`` itself.
 To initialise otherwise, assign a parameter: ``layer.W = nn.he(4, 8)``.
 
+Input of another float dtype than the parameters never promotes the layer's computation
+silently: data (NumPy arrays, a leaf NetVar, even one that needs a gradient) is cast to the
+parameters' dtype (float64 data into a float32 model computes in float32, as its weights
+are); a node computed by ops of another dtype is refused, naming both dtypes.
+
 Errors name the layer (``layers.Linear``), the argument and the shapes. A constructor checks
 every argument before it draws a number, so a refused layer leaves nnkit's generator as it was;
 ``forward`` checks x against the layer's sizes before the op runs.

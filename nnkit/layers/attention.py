@@ -142,12 +142,12 @@ class MultiHeadAttention(Module):
                             f"or mha(q, k, v, key_lengths=None, causal=False) for cross-attention; "
                             f"got {1 + len(kv)} inputs")
         causal = checks.flag(layer, "causal", causal)
-        q = _node(q)
+        q = _node(q, self.Wq, layer)
         if kv:
             if lengths is not None:
                 raise TypeError(f"{layer}: cross-attention masks the keys with key_lengths=, "
                                 "not lengths=")
-            k, v = _node(kv[0]), _node(kv[1])
+            k, v = _node(kv[0], self.Wk, layer), _node(kv[1], self.Wv, layer)
             self._check(q, "q", "(Tq, B, dim)")
             self._check(k, "k", "(Tk, B, dim)")
             self._check(v, "v", "(Tk, B, dim)")

@@ -36,7 +36,7 @@ class Linear(Module):
 
     def forward(self, x):
         """y (..., B, outputs) for x (..., B, inputs)."""
-        x = _node(x)
+        x = _node(x, self.W, "layers.Linear")
         _check_features("layers.Linear", x, -1, self.inputs, "(..., B, inputs)")
         y = ops.Multiply(x, self.W)
         return y if self.b is None else y + self.b       # the Add node, by the operator
@@ -73,7 +73,7 @@ class Conv2D(Module):
 
     def forward(self, x):
         """y (N, out_channels, H', W') for x (N, in_channels, H, W)."""
-        x = _node(x)
+        x = _node(x, self.W, "layers.Conv2D")
         if x.ndim != 4:
             raise ValueError(f"layers.Conv2D: x of shape {tuple(x.shape)} must be (N, C, H, W) "
                              f"with C = {self.in_channels}")
@@ -112,7 +112,7 @@ class BatchNorm(Module):
 
     def forward(self, x):
         """y with x's shape, (B, features, ...)."""
-        x = _node(x)
+        x = _node(x, self.gamma, "layers.BatchNorm")
         _check_features("layers.BatchNorm", x, 1, self.features, "(B, features, ...)")
         return ops.BatchNorm(x, self.gamma, self.beta, self.stats)
 
@@ -138,7 +138,7 @@ class LayerNorm(Module):
 
     def forward(self, x):
         """y with x's shape, (..., features)."""
-        x = _node(x)
+        x = _node(x, self.gamma, "layers.LayerNorm")
         _check_features("layers.LayerNorm", x, -1, self.features, "(..., features)")
         return ops.LayerNorm(x, self.gamma, self.beta, eps=self.eps)
 

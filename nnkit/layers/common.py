@@ -7,10 +7,28 @@ from ..core import NetVar
 from ..dtypes import get_dtype
 
 
-def _node(x):
+def _node(x, like=None, layer=None):
     """An input as a node: a NetVar as it is, anything else a NetVar that needs no gradient
-    (the dtype policy and the row convention apply, as for ``FFN``)."""
-    return x if isinstance(x, NetVar) else NetVar(x, requires_grad=False)
+    (the dtype policy and the row convention apply, as for ``FFN``).
+
+    Given ``like`` (a parameter of ``layer``), float input of another float dtype is not left
+    to promote the layer's computation (float64 data through a float32 model would compute
+    it all in float64, silently). Data is cast to the parameter's dtype: NumPy data, and a
+    node computed by no op (a leaf, even one that needs a gradient, as the input of a
+    gradient penalty: its gradient comes back in its own dtype). A node computed by ops of
+    another dtype, part of a model that mixes float dtypes, is refused naming both dtypes
+    (cast it where it is made, ``x.astype(...)``, or build every layer in one dtype)."""
+    x = x if isinstance(x, NetVar) else NetVar(x, requires_grad=False)
+    if like is None:
+        return x
+    dtype, mine = x._data.dtype, like._data.dtype
+    if dtype == mine or dtype.kind != "f" or mine.kind != "f":
+        return x
+    if x.parents:
+        raise TypeError(f"{layer}: x has dtype {dtype}, computed by {type(x).__name__}, and the "
+                        f"layer's parameters are {mine}; cast x where it is made "
+                        f"(x.astype('{mine}')) or build every layer in one dtype")
+    return ops.AsType(x, mine)
 
 
 def described(value):

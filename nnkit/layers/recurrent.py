@@ -45,7 +45,7 @@ class _Recurrent(Module):
         ``.final_c``), each sequence's (B, H) state at its last step. ``lengths`` (B,) gives
         each sequence's length in 1..T (None: all T); ``state`` the initial state (None:
         zeros)."""
-        x = _node(x)
+        x = _node(x, self.W, f"layers.{type(self).__name__}")
         if x.ndim != 3:
             raise ValueError(f"layers.{type(self).__name__}: x of shape {tuple(x.shape)} must be "
                              f"(T, B, F), time-major, with F = {self.inputs}")

@@ -6,6 +6,9 @@ in with ``accumulate_same_shape``.
 
 Also the array helpers that Attention shares with SoftMax: ``boolean_mask`` (a mask argument
 checked and moved to the data's device) and ``softmax`` (the masked softmax of an array).
+
+Each op's x defaults to a placeholder (``hints.no_input``) that costs nothing when x is given:
+``nn.ReLU()``, PyTorch's way of making a layer, then says to pass the class ``nn.ReLU``.
 """
 
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
@@ -15,8 +18,9 @@ import numpy
 from .. import backend, checks
 from ..core import NetOp, NetVar
 from ..dtypes import wide
+from ..hints import no_input
 from .math import Where
-from .shape import narrowed, normalize_axis, widened
+from .shape import keyword_error, narrowed, normalize_axis, widened
 
 
 def _max(op, x, axis):
@@ -129,7 +133,7 @@ class ReLU(NetOp):
     """
     __slots__ = ()
 
-    def __init__(self, x):
+    def __init__(self, x=no_input("ReLU")):
         xp = backend.array_module(x._data)
         super().__init__(xp.maximum(x._data, 0), x)
 
@@ -148,7 +152,7 @@ class LReLU(NetOp):
     """
     __slots__ = ("s",)
 
-    def __init__(self, x, s=0.01):
+    def __init__(self, x=no_input("LReLU"), s=0.01):
         self.s = s = checks.in_range("LReLU", "the slope s", s)
         xp = backend.array_module(x._data)
         super().__init__(xp.where(x._data > 0, x._data, x._data * s), x)
@@ -170,7 +174,7 @@ class Sigmoid(NetOp):
     """
     __slots__ = ()
 
-    def __init__(self, x):
+    def __init__(self, x=no_input("Sigmoid")):
         super().__init__(sigmoid(x._data, backend.array_module(x._data)), x)
 
     def _back(self, x):
@@ -188,7 +192,7 @@ class Tanh(NetOp):
     """
     __slots__ = ()
 
-    def __init__(self, x):
+    def __init__(self, x=no_input("Tanh")):
         super().__init__(backend.array_module(x._data).tanh(x._data), x)
 
     def _back(self, x):
@@ -223,7 +227,9 @@ class SoftMax(NetOp):
     __slots__ = ("axis", "mask")
     kept_arrays = ("mask",)
 
-    def __init__(self, x, axis=-1, mask=None):
+    def __init__(self, x=no_input("SoftMax"), axis=-1, mask=None, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         xd = x._data
         xp = backend.array_module(xd)
         if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
@@ -271,7 +277,9 @@ class LogSoftmax(NetOp):
     __slots__ = ("axis", "mask")
     kept_arrays = ("mask",)
 
-    def __init__(self, x, axis=-1, mask=None):
+    def __init__(self, x=no_input("LogSoftmax"), axis=-1, mask=None, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         xd = x._data
         xp = backend.array_module(xd)
         if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
@@ -321,7 +329,7 @@ class ELU(NetOp):
     __slots__ = ("alpha",)
     scale = 1.0       # λ of SELU
 
-    def __init__(self, x, alpha=1.0):
+    def __init__(self, x=no_input("ELU"), alpha=1.0):
         xp = backend.array_module(x._data)
         self.alpha = alpha = checks.in_range("ELU", "alpha", alpha)
         negative = alpha * xp.expm1(xp.minimum(x._data, 0))     # no overflow for large x
@@ -349,7 +357,7 @@ class SELU(ELU):
     __slots__ = ()
     scale = 1.0507009873554804934193349852946
 
-    def __init__(self, x):
+    def __init__(self, x=no_input("SELU")):
         super().__init__(x, alpha=1.6732632423543772848170429916717)
 
 
@@ -361,7 +369,7 @@ class Softplus(NetOp):
     """
     __slots__ = ()
 
-    def __init__(self, x):
+    def __init__(self, x=no_input("Softplus")):
         xp = backend.array_module(x._data)
         super().__init__(xp.maximum(x._data, 0) + xp.log1p(xp.exp(-xp.abs(x._data))), x)
 
@@ -384,7 +392,7 @@ class GELU(NetOp):
     c = 0.7978845608028654        # √(2/π)
     k = 0.044715
 
-    def __init__(self, x):
+    def __init__(self, x=no_input("GELU")):
         xp = backend.array_module(x._data)
         xd = wide(x._data)      # float16 x³ overflows at |x| > 40, x² (backward) at |x| > 256
         self.t = xp.tanh(self.c * (xd + self.k * xd * xd * xd))
@@ -411,7 +419,7 @@ class SiLU(NetOp):
     """
     __slots__ = ("s",)
 
-    def __init__(self, x):
+    def __init__(self, x=no_input("SiLU")):
         self.s = sigmoid(x._data, backend.array_module(x._data))
         super().__init__(x._data * self.s, x)
 
@@ -436,7 +444,7 @@ class HardTanh(NetOp):
     __slots__ = ("lo", "hi")
     kept_arrays = ("lo", "hi")
 
-    def __init__(self, x, lo=-1.0, hi=1.0):
+    def __init__(self, x=no_input("HardTanh"), lo=-1.0, hi=1.0):
         lo, hi = checks.number("HardTanh", "lo", lo), checks.number("HardTanh", "hi", hi)
         if not lo < hi:
             raise ValueError(f"HardTanh: lo ({lo:g}) must be below hi ({hi:g})")

@@ -15,6 +15,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar, constant
+from ..hints import refuse_layer_calls
 
 
 def _pair(op, name, value, minimum):
@@ -88,6 +89,7 @@ class Conv2D(NetOp):
     an int or a (vertical, horizontal) pair.
     Second derivatives: dx and dw are ops of their own, linear in g and in w (or x).
     """
+    __new__ = refuse_layer_calls("Conv2D")   # nn.Conv2D(16) names nn.layers.Conv2D
     __slots__ = ("padding", "slices", "padded_shape", "cols")
 
     def __init__(self, x, w, b=None, stride=1, padding=0):

@@ -5,6 +5,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
+from ..hints import refuse_layer_calls
 from .indexing import scatter_add
 
 
@@ -23,6 +24,7 @@ class Embedding(NetOp):
     row stays 0 (to every order of ``grad(create_graph=True)``). ``self.padding_idx`` holds it
     in [0, V).
     """
+    __new__ = refuse_layer_calls("Embedding")   # nn.Embedding(16) names nn.layers.Embedding
     __slots__ = ("padding_idx", "idx")
     kept_arrays = ("idx",)
 

@@ -11,7 +11,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar, constant
-from .shape import Reshape, normalize_axis
+from .shape import Reshape, keyword_error, normalize_axis
 
 
 def scatter_add(target, index, values):
@@ -139,7 +139,9 @@ class Concat(NetOp):
     """
     __slots__ = ("axis", "ends")
 
-    def __init__(self, xs, axis=0):
+    def __init__(self, xs, axis=0, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         xs = _join_inputs("Concat", xs)
         shape = tuple(xs[0].shape)
         self.axis = _check_axis("Concat", axis, len(shape), shape)
@@ -173,7 +175,9 @@ class Stack(NetOp):
     """
     __slots__ = ("axis",)
 
-    def __init__(self, xs, axis=0):
+    def __init__(self, xs, axis=0, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         xs = _join_inputs("Stack", xs)
         shape = tuple(xs[0].shape)
         self.axis = _check_axis("Stack", axis, len(shape) + 1, shape)
@@ -195,7 +199,7 @@ class Stack(NetOp):
                      for i, x in enumerate(xs))
 
 
-def Split(x, sections, axis=0):
+def Split(x, sections, axis=0, **keywords):
     """Split x along ``axis`` into a list of GetItem nodes, as ``numpy.split``.
 
     ``sections`` is a number of equal parts, or the indices where the cuts go, sorted and in
@@ -203,6 +207,8 @@ def Split(x, sections, axis=0):
     4 makes three parts, x[:1], x[1:3] and x[3:].
     yᵢ = x[…, startᵢ:endᵢ, …];  dx gets each gᵢ back in its slice (through GetItem).
     """
+    if keywords:            # PyTorch's dim= and the like, answered with nnkit's spelling
+        raise keyword_error("Split", keywords)
     shape = tuple(x.shape)
     axis = _check_axis("Split", axis, len(shape), shape)
     n = shape[axis]
@@ -234,7 +240,9 @@ class Flatten(Reshape):
     """
     __slots__ = ()
 
-    def __init__(self, x, start=1, end=-1):
+    def __init__(self, x, start=1, end=-1, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         shape = tuple(x.shape)
         ndim = len(shape)
         for name, axis in (("start", start), ("end", end)):

@@ -11,6 +11,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
+from ..hints import refuse_layer_calls
 from ..dtypes import get_dtype, wide
 from ..modes import is_training
 from .shape import narrowed, widened
@@ -175,6 +176,7 @@ class BatchNorm(_Normalization):
     only once the output exists: a refused call, detect_anomaly()'s included, leaves them as
     they were. Second derivatives rebuild y from ops, without updating the state again.
     """
+    __new__ = refuse_layer_calls("BatchNorm")   # nn.BatchNorm(16) names nn.layers.BatchNorm
     __slots__ = ("stat_axes", "running_mean")
     feature_axis = 1
 
@@ -225,6 +227,7 @@ class LayerNorm(_Normalization):
     dγ = Σ g · x̂,  dβ = Σ g   (sums over every axis but the last)
     eps must be positive and finite.
     """
+    __new__ = refuse_layer_calls("LayerNorm")   # nn.LayerNorm(16) names nn.layers.LayerNorm
     __slots__ = ()
     feature_axis = -1
     stat_axes = (-1,)

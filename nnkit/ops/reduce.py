@@ -16,7 +16,7 @@ from .. import backend, checks
 from ..core import NetOp
 from ..dtypes import wide
 from .arithmetic import _nodes
-from .shape import narrowed, normalize_axes, normalize_axis, widened
+from .shape import keyword_error, narrowed, normalize_axes, normalize_axis, widened
 
 
 def reduced_axes(op, x, axis, keepdims):
@@ -54,7 +54,9 @@ class Sum(NetOp):
     """
     __slots__ = ("axes", "keepdims")
 
-    def __init__(self, x, axis=None, keepdims=False):
+    def __init__(self, x, axis=None, keepdims=False, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         self.axes, self.keepdims = reduced_axes("Sum", x, axis, keepdims)
         xp = backend.array_module(x._data)
         super().__init__(xp.asarray(x._data.sum(axis=self.axes, keepdims=self.keepdims)), x)
@@ -74,7 +76,9 @@ class Mean(NetOp):
     """
     __slots__ = ("axes", "keepdims")
 
-    def __init__(self, x, axis=None, keepdims=False):
+    def __init__(self, x, axis=None, keepdims=False, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         self.axes, self.keepdims = reduced_axes("Mean", x, axis, keepdims)
         _check_not_empty("Mean", x, self.axes)
         xp = backend.array_module(x._data)
@@ -118,7 +122,9 @@ class _Extreme(NetOp):
     __slots__ = ("axes", "keepdims")
     reduce = None
 
-    def __init__(self, x, axis=None, keepdims=False):
+    def __init__(self, x, axis=None, keepdims=False, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         name = type(self).__name__
         self.axes, self.keepdims = reduced_axes(name, x, axis, keepdims)
         empty = [a for a in self.axes if x._data.shape[a] == 0]
@@ -171,7 +177,9 @@ class LogSumExp(NetOp):
     """
     __slots__ = ("axes", "keepdims")
 
-    def __init__(self, x, axis=None, keepdims=False):
+    def __init__(self, x, axis=None, keepdims=False, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         self.axes, self.keepdims = reduced_axes("LogSumExp", x, axis, keepdims)
         _check_not_empty("LogSumExp", x, self.axes)
         xp = backend.array_module(x._data)
@@ -200,7 +208,10 @@ class Var(NetOp):
     """
     __slots__ = ("axes", "keepdims", "dof", "centred")
 
-    def __init__(self, x, axis=None, keepdims=False, ddof=0):
+    def __init__(self, x, axis=None, keepdims=False, ddof=0, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords,
+                                " (ddof=1 for the unbiased estimate)")
         self.axes, self.keepdims = reduced_axes("Var", x, axis, keepdims)
         if not checks.is_number(ddof):
             raise TypeError(f"Var: ddof must be a number (1 for the unbiased estimate), got "
@@ -238,7 +249,9 @@ class Norm(NetOp):
     """
     __slots__ = ("axes", "keepdims")
 
-    def __init__(self, x, axis=None, keepdims=False):
+    def __init__(self, x, axis=None, keepdims=False, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         self.axes, self.keepdims = reduced_axes("Norm", x, axis, keepdims)
         xp = backend.array_module(x._data)
         xw = wide(x._data)          # float16 squares overflow at |x| > 256
@@ -272,7 +285,9 @@ class CosineSimilarity(NetOp):
     """
     __slots__ = ("a", "b", "axis", "na", "nb", "eps", "denominator", "y")
 
-    def __init__(self, a, b, axis=-1, eps=1e-8):
+    def __init__(self, a, b, axis=-1, eps=1e-8, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         a, b = _nodes(a, b)
         xp = backend.array_module(a._data)
         try:
@@ -324,7 +339,9 @@ class ArgMax(NetOp):
     """
     __slots__ = ()
 
-    def __init__(self, x, axis=None, keepdims=False):
+    def __init__(self, x, axis=None, keepdims=False, **keywords):
+        if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error(type(self).__name__, keywords)
         axes, keepdims = reduced_axes("ArgMax", x, axis, keepdims)
         if axis is not None:
             if len(axes) != 1:

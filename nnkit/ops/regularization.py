@@ -8,6 +8,7 @@ Notation: input x, output y, upstream gradient g.
 __all__ = ['Dropout', 'L2Reg']
 from .. import backend, checks
 from ..core import NetOp, NetVar
+from ..hints import refuse_layer_calls
 from ..modes import is_training
 
 
@@ -19,6 +20,7 @@ class Dropout(NetOp):
     evaluation (``with nnkit.eval_mode():``) or p = 0:   y = x,  dx = g
     p must be in [0, 1). The expected value of y equals x, so nothing changes at evaluation.
     """
+    __new__ = refuse_layer_calls("Dropout")   # nn.Dropout(16) names nn.layers.Dropout
     __slots__ = ("mask",)
 
     def __init__(self, x, p=0.5):

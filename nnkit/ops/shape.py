@@ -13,6 +13,7 @@ from numbers import Integral
 import numpy
 
 from ..core import NetOp
+from ..hints import keyword_hint
 
 
 def normalize_axes(op, axes, ndim, where, name="axis", expected="an int or a tuple of ints"):
@@ -43,23 +44,14 @@ def normalize_axis(op, axis, ndim, where, name="axis"):
     return normalize_axes(op, axis, ndim, where, name, expected="an int")[0]
 
 
-# nnkit's spelling of the keywords PyTorch users reach for
-_SPELLINGS = {"dim": "axis", "keepdim": "keepdims", "start_dim": "start", "end_dim": "end",
-              "unbiased": "ddof", "correction": "ddof"}
-
-
 def keyword_error(method, keywords, hint=""):
-    """The TypeError for a NetVar method given keywords it does not take.
+    """The TypeError for a NetVar method or an op given keywords it does not take.
 
-    The methods take ``**keywords`` only to word this error (they look at it only when it is
-    not empty): PyTorch's ``dim=`` and ``keepdim=`` get nnkit's ``axis=`` and ``keepdims=``.
+    They take ``**keywords`` only to word this error (they look at it only when it is not
+    empty): PyTorch's ``dim=`` and ``keepdim=`` get nnkit's ``axis=`` and ``keepdims=``
+    (``hints.PYTORCH["keyword"]``).
     """
-    name = next(iter(keywords))
-    if name in _SPELLINGS:
-        ours = _SPELLINGS[name]
-        return TypeError(f"{method}(): nnkit spells the {ours} argument {ours}=, not "
-                         f"{name}={hint}")
-    return TypeError(f"{method}() got an unexpected keyword argument {name!r}{hint}")
+    return keyword_hint(f"{method}()", next(iter(keywords)), hint=hint)
 
 
 class Reshape(NetOp):

@@ -14,6 +14,7 @@ import operator
 import numpy
 
 from ..core import NetVar, _link, constant, own_code
+from ..hints import PYTORCH
 from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
 from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, RDiv, RSub, Sub, kept
 from .indexing import Broadcast, Flatten, GetItem
@@ -148,18 +149,10 @@ _NO_ORDER = ("; nnkit's norm is always the L2 norm, and its first argument is th
              "PyTorch's or NumPy's order p")
 
 
-# PyTorch's attribute names, answered with nnkit's. Each is a property that raises AttributeError on
-# reading and on assignment (so hasattr() is False). Not __getattr__: a class that defines it
-# makes every attribute access of its instances slower, the engine's included.
-_TORCH_SPELLINGS = {
-    "backward": "back()", "grad": ".g (assign .g = None or call reset() to clear it)",
-    "zero_grad": "reset()", "zero_": "reset() for the gradient", "requires_grad_":
-    "requires_grad = True", "cpu": "to_cpu()", "cuda": "to_gpu()", "to": "to_gpu() / to_cpu()",
-    "view": "reshape()", "permute": "transpose()", "dim": "ndim", "numel": "size",
-    "grad_fn": "parents", "is_leaf": "not parents",
-}
-
-
+# PyTorch's attribute names (hints.PYTORCH["node"]), answered with nnkit's. Each is a property that
+# raises AttributeError on reading and on assignment (so hasattr() is False). Not __getattr__: a
+# class that defines it makes every attribute access of its instances slower, the engine's
+# included.
 def _spelled_differently(name, spelling):
     def refuse(self, value=None):
         raise AttributeError(f"{type(self).__name__} has no attribute '{name}': "
@@ -255,7 +248,21 @@ SURFACE = {
 }
 
 SURFACE.update({name: _spelled_differently(name, spelling)
-                for name, spelling in _TORCH_SPELLINGS.items()})
+                for name, spelling in PYTORCH["node"].items() if name.isidentifier()})
+
+
+class _Size(int):
+    """``x.size``: NumPy's number of elements, an int; calling it (PyTorch's ``x.size()``, the
+    shape) raises naming nnkit's spelling."""
+    __slots__ = ()
+
+    def __call__(self, *args, **keywords):
+        raise TypeError(f"size is an int in nnkit (here {int(self)}: the number of elements, "
+                        f"as NumPy's), not a method; PyTorch's x.size() is nnkit's "
+                        f"x{PYTORCH['node']['size()']}")
+
+
+SURFACE["size"] = property(lambda x: _Size(x._data.size))
 
 for _name, _entry in SURFACE.items():
     setattr(NetVar, _name, _entry)

@@ -8,6 +8,8 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetVar
+from ..hints import keyword_hint, spelling
+from ..module import Module, watch_replacements
 
 _ndarray = numpy.ndarray
 
@@ -62,12 +64,40 @@ class Optimizer:
     each gradient modifier too): an array of the parameter's type, shape and a float dtype,
     or it raises ValueError naming the parameter and both shapes. A refused call changes
     nothing: no parameter, gradient, option or state.
+
+    A replaced parameter is not trained: an optimizer holds its parameters by identity (as
+    PyTorch's does), so after ``model.fc.W = NetVar(...)`` it would go on updating the old
+    NetVar, which the model no longer uses. Where nnkit can see it, it refuses: replacing a
+    Module attribute that holds one of this optimizer's parameters (the NetVar itself, or a
+    submodule holding it) makes the next ``step()`` raise, naming the attribute. It cannot
+    see a parameter replaced inside a list or dict, or a model that is not a Module (the
+    optimizer is given the parameters, never the model): after such a change, build the
+    optimizer again over ``model.vars``. Assigning into a parameter (``p.data = ...``,
+    ``model.load_state(...)``) keeps it and needs nothing.
+
+    PyTorch's keywords (``betas=``, ``nesterov=``, ...) and ``Adam(model)`` raise a TypeError
+    naming nnkit's spelling (``hints.PYTORCH["optimizer"]``).
     """
     options = ("lr",)      # the constructor's hyperparameters, in order
     unit_interval = ()     # those of them that must lie in [0, 1)
     state_arrays = None    # a parameter's state arrays (None: not checked by load_state_dict)
     state_counts = ()      # a parameter's step counts (ints >= 1)
     state_squares = ()     # state arrays of running squares (never negative)
+
+    _replaced = None       # the attribute that replaced one of the parameters (step() refuses)
+
+    def __new__(cls, *args, **keywords):
+        """PyTorch's spellings, refused before the arguments are bound: a model given for its
+        parameters, and the keywords of ``hints.PYTORCH["optimizer"]`` this optimizer does not
+        take (``betas=``: nnkit's ``momentum=`` and ``rms=``)."""
+        params = args[0] if args else keywords.get("params")
+        if isinstance(params, Module):
+            raise TypeError(f"{cls.__name__}: params is the model ({type(params).__name__}); "
+                            f"pass its parameters: {cls.__name__}(model.vars, ...)")
+        for name in keywords:
+            if name not in cls.options and spelling("optimizer", name) is not None:
+                raise keyword_hint(f"{cls.__name__}()", name, "optimizer")
+        return super().__new__(cls)
 
     def __init__(self, params, lr=0.1, modifiers=()):
         """Subclasses set their other options as attributes before calling this (the
@@ -96,6 +126,14 @@ class Optimizer:
         self.modifiers = []
         for modifier in modifiers:
             self.add_modifier(modifier)
+        watch_replacements(self)
+
+    def parameters_replaced(self, old, where):
+        """Told by a Module that its attribute ``where`` no longer holds the NetVars ``old``:
+        the next ``step()`` refuses if this optimizer updates one of them."""
+        held = {id(p) for p in self.params}
+        if any(id(p) in held for p in old):
+            self._replaced = where
 
     # -- groups and options
     def add_param_group(self, group):
@@ -210,6 +248,12 @@ class Optimizer:
         """Modify the gradients, update each parameter from its gradient, constrain the
         weights, then reset the gradients. Options and gradients are checked first."""
         where = f"{type(self).__name__}.step()"
+        if self._replaced is not None:
+            raise RuntimeError(
+                f"{where}: {self._replaced} was assigned a new value after this optimizer was "
+                "built, so it would go on training the parameter the model no longer uses; "
+                f"build the optimizer again over the model's vars (to change a parameter's "
+                "values and keep it, assign its data: p.data = ...); nothing was updated")
         self._check_options({key: getattr(self, key) for key in self.options}, where)
         self._options_as_floats()
         pending = []            # (position, parameter, group) of the parameters with a gradient
