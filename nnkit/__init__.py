@@ -38,7 +38,7 @@ from .gradient_check import *  # noqa: F401,F403
 from .trace import *  # noqa: F401,F403
 from . import data as _data, gradient_check as _gradient_check, hints as _hints, init as _init
 from . import io as _io, nets as _nets, ops as _ops, optim as _optim, trace as _trace
-from . import viz as _viz
+from . import training as _training, viz as _viz
 
 __version__ = "0.1.0"
 
@@ -47,13 +47,15 @@ __all__ = [
     "NetVar", "NetOp", "constant", "InplaceEditError", "grad", "unbroadcast",
     # modes, dtypes, devices, random numbers, anomalies
     "no_grad", "enable_grad", "is_grad_enabled", "eval_mode", "train_mode", "is_training",
-    "get_dtype", "set_dtype", "gpu_available", "seed", "AnomalyError", "detect_anomaly",
+    "get_dtype", "set_dtype", "gpu_available", "seed", "get_rng_state", "set_rng_state",
+    "AnomalyError", "detect_anomaly",
     # models
     "Module", "positional_encoding",
     # the subpackages used by their own names
     "layers", "distributed", "backend",
     # each family lists its own names
-    *_ops.__all__, *_optim.__all__, *_nets.__all__, *_init.__all__, *_data.__all__,
+    *_ops.__all__, *_optim.__all__, *_nets.__all__, *_training.__all__, *_init.__all__,
+    *_data.__all__,
     *_io.__all__, *_viz.__all__, *_gradient_check.__all__, *_trace.__all__,
 ]
 
@@ -64,7 +66,7 @@ for _name, _value in list(globals().items()):
     if isinstance(_value, _types.ModuleType) and not _name.startswith("_") \
             and _name not in __all__:
         del globals()[_name]
-del _name, _value, _data, _init, _io, _nets, _ops, _optim, _trace, _viz
+del _name, _value, _data, _init, _io, _nets, _ops, _optim, _trace, _training, _viz
 
 
 def __getattr__(name):

@@ -249,6 +249,10 @@ OTHER_WALKS = {
     "nets/ffn.py:FFN.tree": "prints each topology entry's op and arguments; a nested model "
                             "prints itself",
     "training/trainer.py:_describe": "describes what a step function returned, for an error",
+    "io/torch_state.py:_parts.visit": "pairs each layer with PyTorch's module of the same "
+                                      "place, whose names differ from the walk's (a "
+                                      "Sequential's entries are PyTorch's 0, 1, ...; a stack of "
+                                      "recurrent layers is one PyTorch layer)",
 }
 CONTAINERS = {"list", "tuple", "dict", "Mapping", "set", "frozenset"}
 MODELS = {"Module", "NetVar", "FFN"}

@@ -9,6 +9,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetVar
+from ..module import walk
 from . import connection
 from .connection import _communicator, _cuda_aware
 from .packing import (_buffer_dtype, _collect, _empty, _flat_copy, _gradient_buffer, _groups,
@@ -253,22 +254,10 @@ def _checksum(array):
 
 
 def _parameter_name(params, p):
-    """The dotted name of parameter ``p`` in ``params`` (a Module, or a list or dict of
-    parameters and Modules, as ``allreduce_grads`` takes), or its description."""
-    def names(value, prefix):
-        if isinstance(value, NetVar):
-            yield prefix or "params", value
-        elif hasattr(value, "named_vars"):
-            for name, q in value.named_vars().items():
-                yield f"{prefix}.{name}" if prefix else name, q
-        elif isinstance(value, collections.abc.Mapping):
-            for key, item in value.items():
-                yield from names(item, f"{prefix}.{key}" if prefix else str(key))
-        elif isinstance(value, (list, tuple)):
-            for position, item in enumerate(value):
-                yield from names(item, f"{prefix}[{position}]" if prefix else
-                                 f"params[{position}]")
-    found = next((name for name, q in names(params, "") if q is p), None)
+    """The name of parameter ``p`` in ``params`` (a Module, or a list or dict of parameters and
+    Modules, as ``allreduce_grads`` takes) as the one walk gives it, or its description."""
+    found = next((name for name, kind, value in walk(params, "allreduce_grads", label="params")
+                  if value is p), None)
     return f"'{found}'" if found else p._describe()
 
 
