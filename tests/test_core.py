@@ -674,7 +674,7 @@ def test_copy_and_pickle_give_a_node_its_own_index_and_data():
 
 
 def test_an_op_class_keeps_its_own_accumulate_and_its_subclasses_inherit_it():
-    # each op class gets a copy of NetVar's accumulate methods (core.own_code), never over
+    # each op class gets a copy of NetVar's accumulate methods (specialize.own_code), never over
     # one the class defines itself
     seen = []
 

@@ -16,11 +16,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "nnkit"
 LAYERS = [
     ["checks"],                         # scalar argument checks; imports nothing from nnkit
     ["backend"],                        # NumPy / CuPy, devices, random numbers
-    ["dtypes"],                         # the dtype policy
-    ["arraylike"],                      # what a node offers as the array it holds
+    ["dtypes", "modes", "specialize"],  # the dtype policy; grad / train modes; own_code
     ["gradients"],                      # the rules for gradient arrays (unbroadcast, ...)
+    ["arraylike", "nodecopy"],          # a node's array side; copies and pickles of nodes
     ["core"],                           # NetVar, NetOp, back() with its observer slot
-    ["modes"],                          # grad / train modes
     ["module"],                         # Module: parameters, buffers, state, devices
     # ops: the operators' and shape families first, then families that build on them
     ["ops.arithmetic", "ops.shape"],
