@@ -358,7 +358,7 @@ class Output(NetOp):
 
     def __init__(self, op, k, value):
         self.k = k
-        super().__init__(value, op)
+        NetOp.__init__(self, value, op)     # (not super(): a subclass may mix in another op)
 
     def _back(self, op):
         received = getattr(op, "_received", None)

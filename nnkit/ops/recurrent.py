@@ -25,8 +25,8 @@ import weakref
 
 import numpy
 
-from .. import backend, checks, core
-from ..core import NetOp, NetVar, constant
+from .. import backend, checks
+from ..core import NetOp, NetVar, Output, constant
 
 
 # ----------------------------------------------------------------------------- activations
@@ -151,7 +151,7 @@ class _Recurrent(NetOp):
     step t − 1. Every per-step array (inputs, states, gate values, their gradients) is packed.
     """
     __slots__ = ("steps", "dense", "rows", "shape3", "order", "sizes", "offsets", "Xp", "initial", "Hp",
-                 "final_position", "_final_refs", "_final_g", "_no_gradient")
+                 "final_position", "_final_refs")
     gates = 1          # k: W is (F, k·H)
     states = 1         # 1 (h) or 2 (h, c)
     two_biases = False     # b is [b_i; b_h] (2, k·H) rather than one (k·H,) bias
@@ -211,8 +211,6 @@ class _Recurrent(NetOp):
         final_position[order] = last
         self.final_position = xp.asarray(final_position)
         self._final_refs = [None] * self.states
-        self._final_g = [None] * self.states
-        self._no_gradient = None
 
         if self.dense:
             y = packed.reshape(T, B, H)
@@ -281,30 +279,6 @@ class _Recurrent(NetOp):
         """The (B, H) hidden state of each sequence at its own last step (a node)."""
         return self._final(0)
 
-    def _add_final_gradient(self, which, g):
-        """Take the gradient ``g`` of final state ``which`` (from ``RecurrentState._back``).
-
-        h is the outputs at each sequence's last step, so its gradient is added to this node's
-        gradient there (``.g`` and ``grad()`` show it, and the BPTT starts from it). c is not
-        among the outputs: its gradient is kept for this pass's ``_back`` (stamped with the
-        pass, so that one refused before reaching this op leaves nothing for the next).
-        """
-        xp = backend.array_module(self._data)
-        if which == 0:
-            T, B, _, H = self.shape3
-            outputs = xp.zeros((T * B, H), dtype=self._data.dtype)
-            rows = self.final_position if self.dense else self.rows[self.final_position]
-            outputs[rows] = g
-            self.accumulate_same_shape(outputs.reshape(T, B, H))
-            return
-        stamp, old = self._final_g[which] or (None, None)
-        if stamp != core._passes:
-            old = None
-        self._final_g[which] = (core._passes, g if old is None else old + g)
-        if self._g is None:     # only the final c is used: the outputs' gradient is zero
-            self._no_gradient = xp.broadcast_to(xp.zeros((), self._data.dtype), self._data.shape)
-            self.accumulate(self._no_gradient)
-
     def _sequence_lengths(self):
         """Each sequence's length (host int64 (B,)), read back from the sorted layout: sorted
         row j runs at step t while j < sizes[t]."""
@@ -324,18 +298,19 @@ class _Recurrent(NetOp):
     def _back(self, x, W, R, b, *initial):
         xp = backend.array_module(self._data)
         T, B, F, H = self.shape3
-        if self._g is self._no_gradient:
-            G = xp.zeros_like(self.Hp)             # only the final states got a gradient
-        elif self.dense:
+        if self.dense:
             G = self._g.reshape(T * B, H).copy()
         else:
             G = self._g.reshape(T * B, H)[self.rows]
-        carries = []            # h's final gradient is in G already; c's was handed aside
-        for which in range(self.states):
-            stamp, gT = self._final_g[which] or (None, None)
-            self._final_g[which] = None
-            carries.append(xp.zeros((B, H), G.dtype) if gT is None or stamp != core._passes
-                           else xp.asarray(gT[self.order], dtype=G.dtype))
+        # the carries BPTT starts from: zeros for h (final h's gradient is in G already, at each
+        # sequence's last step) and c's final gradient, handed over by the engine (final_c is
+        # output 1), in the sorted order; a sequence's row is untouched until its last step
+        handed = self.output_grads()
+        carries = [xp.zeros((B, H), G.dtype)]
+        if self.states == 2:
+            gc = handed.get(1)
+            carries.append(xp.zeros((B, H), G.dtype) if gc is None
+                           else xp.asarray(gc[self.order], dtype=G.dtype))
         dA, dAh = self._bptt(G, R._data, carries, xp)
         # dA: gradient of the input pre-activations (x·W + b); dAh: of the recurrent ones
         if x.requires_grad:
@@ -366,16 +341,24 @@ class RecurrentState(NetOp):
     """The final state of a fused recurrent op: row b is the state after step lengths[b] − 1.
 
     y = h_{L_b − 1}[b]  (or c for an LSTM's ``final_c``), shape (B, H)
-    d(op) = g at (L_b − 1, b) for h (so the op's ``.g`` holds it); for c, g is added to that
-    step's cell-state gradient inside the op's BPTT
-    Get it as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
-    h is the op's output at each sequence's last step, so ``final``'s one parent is the op. c is
-    not among the outputs: ``final_c``'s parents are the op and the op's inputs, so that its
-    second derivatives reach them (through the LSTM's cells, ``_composite``).
+    d(op) = g at (L_b − 1, b) for h: h is the op's output at each sequence's last step, so
+    ``final``'s one parent is the op and its gradient lands in the op's ``.g``. c is not among
+    the outputs: ``final_c`` is the op's output 1 (a ``FinalCellState``, an engine ``Output``),
+    whose gradient the engine hands to the op's BPTT.
+    Get them as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
     """
-    __slots__ = ("which",)
+    __slots__ = ()
+    which = 0
+
+    def __new__(cls, op=None, which=0):       # (op None: unpickling)
+        return object.__new__(FinalCellState if cls is RecurrentState and which == 1 else cls)
 
     def __init__(self, op, which=0):
+        self._check(op, which)
+        super().__init__(op.Hp[op.final_position], op)
+
+    @staticmethod
+    def _check(op, which):
         if not isinstance(op, _Recurrent):
             raise TypeError(f"RecurrentState: op must be an RNN, LSTM or GRU node, got "
                             f"{type(op).__name__}")
@@ -385,20 +368,28 @@ class RecurrentState(NetOp):
         if which not in range(op.states):
             raise ValueError(f"RecurrentState: {type(op).__name__} has {op.states} final "
                              f"state(s), no state {which!r}")
-        self.which = which
-        if which:
-            super().__init__(op.Cp[op.final_position], op, *op._parents)
-        else:
-            super().__init__(op.Hp[op.final_position], op)
 
-    def _back(self, op, *inputs):
-        op._add_final_gradient(self.which, self._g)     # the inputs' share comes from the op
+    def _back(self, op):
+        xp = backend.array_module(self._data)
+        T, B, _, H = op.shape3
+        outputs = xp.zeros((T * B, H), dtype=op._data.dtype)
+        outputs[op.final_position if op.dense else op.rows[op.final_position]] = self._g
+        op.accumulate_same_shape(outputs.reshape(T, B, H))
 
-    def _composite(self, op, *inputs):
-        if self.which:                  # c, rebuilt from the op's inputs
-            return op._unrolled(*inputs)[2]
+    def _composite(self, op):
         last = op._sequence_lengths() - 1       # h, picked from the op's outputs
         return op[last, numpy.arange(len(last))]
+
+
+class FinalCellState(Output, RecurrentState):
+    """An LSTM's final cell state, ``op.final_c``: the op's output 1 (see RecurrentState)."""
+    __slots__ = ()
+    which = 1
+    _composite = None       # differentiated twice through the op's composite, as its output 1
+
+    def __init__(self, op, which=1):
+        self._check(op, which)
+        Output.__init__(self, op, 1, op.Cp[op.final_position])
 
 
 class RNN(_Recurrent):
@@ -465,6 +456,7 @@ class LSTM(_Recurrent):
     __slots__ = ("Cp", "TCp", "Zp")
     gates = 4
     states = 2
+    n_outputs = 2       # y and, as output 1, final_c
 
     def __init__(self, x, W, R, b, h0=None, c0=None, lengths=None):
         super().__init__(x, W, R, b, h0=h0, c0=c0, lengths=lengths)
@@ -473,6 +465,10 @@ class LSTM(_Recurrent):
     def final_c(self):
         """The (B, H) cell state of each sequence at its own last step (a node)."""
         return self._final(1)
+
+    def _composite(self, x, W, R, b, h0, c0):
+        y, _, c = self._unrolled(x, W, R, b, h0, c0)
+        return y, c
 
     def _forward(self, P, R, b, initial, xp):
         H = R.shape[0]
