@@ -282,10 +282,10 @@ class NetOp(NetVar):
     and ``_composite`` returns the tuple of outputs.
 
     Speed: op files read the slots ``_data``, ``_g`` and ``_parents`` (no property call, no
-    copy of a shared gradient); these and ``_describe`` are the only private names another
-    package may read (tests/test_structure.py). Built-in ops declare ``__slots__``; an op
-    that keeps an array beside its parents (a mask) names it in ``kept_arrays`` for
-    ``detect_anomaly()``, which then catches an in-place edit of it.
+    copy of a shared gradient): with ``_describe`` and the rules ``grad()`` calls (``_grads``,
+    ``_composite``) the only private names read across packages (tests/test_structure.py).
+    Built-in ops declare ``__slots__``; an op that keeps an array beside its parents (a mask)
+    names it in ``kept_arrays``, so that ``detect_anomaly()`` catches an in-place edit of it.
     """
     __slots__ = ()
     kept_arrays = ()

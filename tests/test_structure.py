@@ -229,3 +229,154 @@ def test_checker_refuses_a_module_without_a_layer(tmp_path):
     assert upward_imports(package, [[""]]) == [
         "pkg.stray (stray.py) has no layer: add it to LAYERS in tests/test_structure.py"]
 
+
+
+# ----------------------------------------------------------------------------- private names
+
+# The op contract's fast slots, read by every op file on every call (core.NetOp's docstring says
+# why: no property call, no copy of a shared gradient), the one helper that names a node in
+# errors, and the contract's second-order rules, which grad(create_graph=True) (autodiff) calls
+# as the engine calls _back. No other private name is read outside the unit that defines it.
+ALLOWED_PRIVATE = {"_data", "_g", "_parents", "_describe", "_grads", "_composite"}
+
+# TEMPORARY: reads in modules another change is rewriting (module.py, nets/, io/, layers/,
+# distributed/), as "path: name". Clear each entry by giving the name a public spelling where it
+# is defined, and the set with it once those modules are merged.
+PENDING = set()
+
+
+def unit_of(path, package):
+    """The unit a file belongs to: its top-level package (ops, optim, ...), or the top-level
+    module itself (core, gradients, ...)."""
+    parts = path.relative_to(package).with_suffix("").parts
+    return parts[0]
+
+
+def _private(name):
+    return name.startswith("_") and not name.startswith("__") and name != "_"
+
+
+def _definitions(tree):
+    """The private names a file defines: functions, classes, module names, slots, and
+    attributes it assigns (``obj._x = ...``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            found.add(node.id if isinstance(node, ast.Name) else node.attr)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            found.update(c.value for c in ast.walk(node.value)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str))
+        elif isinstance(node, ast.alias) and node.asname:
+            found.add(node.asname)
+    return {name for name in found if _private(name)}
+
+
+def _module_of_import(node, name, package, modules):
+    """The module (dotted, relative to the package) an ``ImportFrom`` reads from."""
+    here = [part for part in name.split(".") if part]
+    is_package = modules[name].name == "__init__.py"
+    if node.level:
+        base = here if is_package else here[:-1]
+        base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+        return ".".join([*base, *([node.module] if node.module else [])])
+    top = package.name
+    if node.module == top or (node.module or "").startswith(top + "."):
+        return node.module[len(top) + 1:]
+    return None
+
+
+def private_reads(package, allowed=ALLOWED_PRIVATE):
+    """``(path, line, name, owner)`` for each read of a private name that only another unit
+    defines: ``from x import _name``, ``module._name`` and ``obj._name``."""
+    modules = module_names(package)
+    trees = {name: ast.parse(path.read_text(encoding="utf-8"), str(path))
+             for name, path in modules.items()}
+    units = {name: unit_of(path, package) for name, path in modules.items()}
+    defined = {}                                   # private name -> units defining it
+    for name, tree in trees.items():
+        for private in _definitions(tree):
+            defined.setdefault(private, set()).add(units[name])
+    found = []
+    for name, tree in trees.items():
+        unit, path = units[name], modules[name]
+        imported = {}                              # local name -> the unit of the module it is
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _module_of_import(node, name, package, modules)
+                if source is None:
+                    continue
+                for alias in node.names:
+                    target = f"{source}.{alias.name}" if source else alias.name
+                    if target in modules:          # `from .. import core`: a module
+                        imported[alias.asname or alias.name] = units[target]
+                    elif _private(alias.name) and source in modules and \
+                            units[source] != unit:
+                        found.append((path, node.lineno, alias.name, units[source]))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1 \
+                    and isinstance(node.args[1], ast.Constant):       # getattr(x, "_name")
+                attribute, value = node.args[1].value, node.args[0]
+            elif isinstance(node, ast.Attribute):
+                attribute, value = node.attr, node.value
+            else:
+                continue
+            if not isinstance(attribute, str) or not _private(attribute) or attribute in allowed:
+                continue
+            owner = value.id if isinstance(value, ast.Name) else None
+            if owner in imported:                  # `core._name`, read or written
+                if imported[owner] != unit:
+                    found.append((path, node.lineno, attribute, imported[owner]))
+            elif isinstance(getattr(node, "ctx", ast.Load()), ast.Load) and \
+                    unit not in defined.get(attribute, {unit}):
+                found.append((path, node.lineno, attribute,
+                              ", ".join(sorted(defined[attribute]))))
+    return sorted(found, key=lambda read: (str(read[0]), read[1], read[2]))
+
+
+def _shown(package, reads):
+    return [f"{path.relative_to(package.parent)}:{line} uses {name}, private to "
+            f"{owner}" for path, line, name, owner in reads]
+
+
+def test_no_package_reads_another_packages_private_names():
+    reads = [r for r in private_reads(PACKAGE)
+             if f"{r[0].relative_to(PACKAGE.parent)}: {r[2]}" not in PENDING]
+    assert reads == [], ("private names read outside the package that defines them (give the "
+                         "name a public spelling there, docs/contributing.md 'The engine's "
+                         "interface'):\n" + "\n".join(_shown(PACKAGE, reads)))
+
+
+def test_pending_private_reads_are_still_there():
+    """An entry of PENDING that no longer matches a read is stale: remove it."""
+    reads = {f"{r[0].relative_to(PACKAGE.parent)}: {r[2]}" for r in private_reads(PACKAGE)}
+    assert PENDING <= reads, f"stale PENDING entries: {sorted(PENDING - reads)}"
+
+
+def test_private_name_checker_names_the_file_line_and_name(tmp_path):
+    package = write_package(tmp_path, {
+        "core.py": "class Node:\n    __slots__ = ('_data', '_secret')\n\n"
+                   "def _helper():\n    pass\n",
+        "ops/__init__.py": "",
+        "ops/a.py": "from .. import core\nfrom ..core import _helper\n\n"
+                    "def f(x):\n    return x._secret + x._data + core._helper()\n",
+        "ops/b.py": "def g(x):\n    x._mine = 1\n    return x._mine\n",
+        "tool.py": "from . import core\n\ncore._hook = print\n"
+                   "flag = getattr(object(), '_secret', None)\n",
+    })
+    assert _shown(package, private_reads(package, allowed={"_data"})) == [
+        "pkg/ops/a.py:2 uses _helper, private to core",
+        "pkg/ops/a.py:5 uses _helper, private to core",
+        "pkg/ops/a.py:5 uses _secret, private to core",
+        "pkg/tool.py:3 uses _hook, private to core",
+        "pkg/tool.py:4 uses _secret, private to core",
+    ]
+
+
+def test_core_holds_the_engine_in_at_most_400_lines():
+    lines = len((PACKAGE / "core.py").read_text(encoding="utf-8").splitlines())
+    assert lines <= 400, (f"nnkit/core.py has {lines} lines, more than 400: keep NetVar, NetOp "
+                          "and the backward pass there, move the rest to the module it serves")
