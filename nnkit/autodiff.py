@@ -135,7 +135,10 @@ def _graph_pass(outputs, seeds, inputs, leaves=False):
     """The gradient of each input as a node (None where the outputs do not depend on it).
 
     Children before parents, as in ``back()``: each op whose gradient is known hands its
-    parents theirs through ``_grads`` (or its composite), built with grad mode on. With
+    parents theirs through ``_grads`` (or its composite), built with grad mode on. It walks the
+    engine's collection (``core.collect``) but runs a loop of its own, not ``core.propagate``:
+    its gradients are nodes kept in a dict (``.g`` holds arrays), and an ``Output`` hands its
+    gradient to its op here as the engine does in ``back()``. With
     ``leaves`` the inputs are taken as leaves: their gradients are not passed on to what they
     were computed from (a composite's pass, whose caller passes them on).
     """

@@ -279,7 +279,7 @@ def test_a_tuple_inside_the_index_adds_every_repeat_as_a_list_does(index, expect
     np.testing.assert_array_equal(second, nn.grad((first_l * first_l).sum(), [x])[0])
 
 
-# ----------------------------------------------------------------------------- Split: several outputs
+# ------------------------------------------------------------------ Split: several outputs
 
 SPLIT_CONSUMERS = {
     # every part, each weighted differently
