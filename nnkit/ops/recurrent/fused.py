@@ -390,8 +390,8 @@ class LSTM(_Recurrent):
         c0 = self.initial[1]
         dZ = xp.empty_like(gate_values)
         for t, s, n in self._steps(backward=True):
-            z = gate_values[s:s + n]
-            i, f, g, o = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
+            step = gate_values[s:s + n]
+            i, f, g, o = step[:, :H], step[:, H:2 * H], step[:, 2 * H:3 * H], step[:, 3 * H:]
             tc = tanh_cells[s:s + n]
             dht = G[s:s + n]
             dht += dh[:n]
@@ -470,20 +470,20 @@ class GRU(_Recurrent):
         dA = xp.empty_like(gate_values)
         dU = xp.empty_like(gate_values)
         for t, s, n in self._steps(backward=True):
-            z = gate_values[s:s + n]
-            r, u, c = z[:, :H], z[:, H:2 * H], z[:, 2 * H:]
+            step = gate_values[s:s + n]
+            r, z, candidate = step[:, :H], step[:, H:2 * H], step[:, 2 * H:]
             dht = G[s:s + n]
             dht += dh[:n]
             da = dA[s:s + n]
             du = dU[s:s + n]
             dn = da[:, 2 * H:]
-            xp.multiply(dht * (1 - u), 1 - c * c, out=dn)
-            xp.multiply(dht * (self._previous(outputs, h0, t, n) - c), u * (1 - u),
+            xp.multiply(dht * (1 - z), 1 - candidate * candidate, out=dn)
+            xp.multiply(dht * (self._previous(outputs, h0, t, n) - candidate), z * (1 - z),
                         out=da[:, H:2 * H])
             xp.multiply(dn * recurrent_share[s:s + n], r * (1 - r), out=da[:, :H])
             du[:, :2 * H] = da[:, :2 * H]
             xp.multiply(dn, r, out=du[:, 2 * H:])
             carry = du @ RT
-            carry += dht * u
+            carry += dht * z
             dh[:n] = carry
         return dA, dU
