@@ -439,3 +439,47 @@ def test_the_one_table_checker_names_a_second_table(tmp_path):
     })
     assert second_tables(package) == [("pkg/a.py", 1, "cell-name table"),
                                       ("pkg/b.py", 3, "sigmoid")]
+
+
+# ----------------------------------------------------------------------------- one graph walk
+
+GRAPH_WALK = "nnkit/core.py"        # core.collect: back(), grad() and the trace use it
+
+
+def graph_walks(package):
+    """``(path, line)`` of each loop over a node's parents that queues the parent it reaches
+    (``for p in node.parents: ... stack.append(p)``): a walk over the graph of its own."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        shown_path = str(path.relative_to(package.parent))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and
+                    isinstance(node.iter, ast.Attribute) and
+                    node.iter.attr in ("parents", "_parents")):
+                continue
+            queued = any(isinstance(call, ast.Call) and isinstance(call.func, (ast.Attribute,
+                                                                              ast.Name))
+                         and any(isinstance(a, ast.Name) and a.id == node.target.id
+                                 for a in call.args)
+                         and (getattr(call.func, "attr", None) or call.func.id) in (
+                             "append", "add", "visit", "extend", "put", "appendleft")
+                         for statement in node.body for call in ast.walk(statement))
+            if queued and shown_path != GRAPH_WALK:
+                found.append((shown_path, node.lineno))
+    return found
+
+
+def test_one_graph_walk():
+    walks = [f"{path}:{line} walks the graph itself: use core.collect (docs/contributing.md, "
+             "'The engine's interface')" for path, line in graph_walks(PACKAGE)]
+    assert walks == [], "\n".join(walks)
+
+
+def test_the_graph_walk_checker_names_a_walk_of_its_own(tmp_path):
+    package = write_package(tmp_path, {
+        "tool.py": "def reach(root):\n    seen, stack = set(), [root]\n    while stack:\n"
+                   "        for p in stack.pop().parents:\n            seen.add(p)\n"
+                   "            stack.append(p)\n    return seen\n",
+        "draw.py": "def edges(node):\n    return [(p, node) for p in node.parents]\n",
+    })
+    assert graph_walks(package) == [("pkg/tool.py", 4)]
