@@ -15,9 +15,9 @@ An op supports ``create_graph=True`` in one of two ways (docs/contributing.md):
   op, a loss); its gradients are then those of that composite.
 """
 from . import backend
-from .core import (NO_GRAD_CAUSES, NetVar, _check_edits, _check_versions, _creation_index,
-                   _not_nodes, _propagate, constant)
-from .gradients import _gradient_from_user, _owned_copy
+from .core import (NO_GRAD_CAUSES, NetVar, Output, check_edits, check_versions, collect, constant,
+                   propagate)
+from .gradients import gradient_copy, hold_gradients, restore_gradients, seed_gradient
 from .modes import enable_grad
 from .ops.reduce import Sum
 from .ops.shape import AsType, Reshape
@@ -91,9 +91,7 @@ def _seeds(outputs, g, single, create_graph):
     seeds = []
     for position, (y, seed) in enumerate(zip(outputs, given)):
         where = f"grad(): the seed of output {position}, {y._describe()}"
-        if seed is None:
-            seed = backend.array_module(y._data).ones_like(y._data)
-        elif isinstance(seed, NetVar) and create_graph:
+        if isinstance(seed, NetVar) and create_graph:
             if seed.shape != y.shape:
                 raise ValueError(f"{where}: the seed must have the output's shape "
                                  f"{tuple(y.shape)}, got {tuple(seed.shape)}")
@@ -101,11 +99,8 @@ def _seeds(outputs, g, single, create_graph):
                 raise TypeError(f"{where}: a seed must hold real floats, got {seed.dtype}")
             seeds.append(seed if seed.dtype == y.dtype else AsType(seed, y.dtype))
             continue
-        else:                     # checked as back() checks its seed, and copied as it copies
-            callers = seed        # the caller's array: an op's _back must not edit it
-            seed = _gradient_from_user(seed, y, where)
-            if seed is callers or seed is getattr(callers, "_data", None):
-                seed = seed.copy()
+        else:                     # checked and copied as back() checks and copies its seed
+            seed = seed_gradient(seed, y, where)
         seeds.append(constant(seed) if create_graph else seed)
     return seeds
 
@@ -115,53 +110,37 @@ def _zeros(x):
 
 
 def _reachable(outputs):
-    """The outputs and every node they depend on that requires a gradient (leaves included)."""
-    stack = [y for y in outputs]
-    seen = set(stack)
-    while stack:
-        node = stack.pop()
-        try:
-            for parent in node._parents:
-                if parent.requires_grad and parent not in seen:
-                    seen.add(parent)
-                    stack.append(parent)
-        except AttributeError as error:     # a parent that is not a node
-            raise (_not_nodes(node, node._parents) or error) from None
-    return seen
+    """The outputs and every node they depend on that requires a gradient (leaves included),
+    children before parents (the engine's walk, ``core.collect``)."""
+    return [node for node in collect(outputs, every=True) if node.requires_grad]
 
 
 def _array_pass(outputs, seeds, inputs):
     """``back()`` from every output at once, with each node's ``.g`` put back afterwards."""
     nodes = _reachable(outputs)
-    order = sorted((node for node in nodes if node._parents), key=_creation_index, reverse=True)
-    _check_edits(order)                 # before any gradient changes
-    saved = [(node, node._g, getattr(node, "_gshared", False)) for node in nodes]
+    order = [node for node in nodes if node._parents]
+    check_edits(order)                  # before any gradient changes
+    held = hold_gradients(nodes)
     try:
         for node in nodes:
             node._g = None
         for y, seed in zip(outputs, seeds):
             y.accumulate(seed)
-        _propagate(order)
-        found = []
-        for x in inputs:
-            if x._g is None:
-                found.append(_zeros(x))
-            elif x._gshared:       # maybe a seed or another node's array: the caller gets a copy
-                found.append(_owned_copy(x._g, x._data))
-            else:
-                found.append(x._g)
-        return found
+        propagate(order)
+        # a copy where the gradient may be a seed or another node's array
+        return [gradient_copy(x) for x in inputs]
     finally:
-        for node, g, shared in saved:
-            node._g = g
-            node._gshared = shared
+        restore_gradients(held)
 
 
 def _graph_pass(outputs, seeds, inputs, leaves=False):
     """The gradient of each input as a node (None where the outputs do not depend on it).
 
     Children before parents, as in ``back()``: each op whose gradient is known hands its
-    parents theirs through ``_grads`` (or its composite), built with grad mode on. With
+    parents theirs through ``_grads`` (or its composite), built with grad mode on. It walks the
+    engine's collection (``core.collect``) but runs a loop of its own, not ``core.propagate``:
+    its gradients are nodes kept in a dict (``.g`` holds arrays), and an ``Output`` hands its
+    gradient to its op here as the engine does in ``back()``. With
     ``leaves`` the inputs are taken as leaves: their gradients are not passed on to what they
     were computed from (a composite's pass, whose caller passes them on).
     """
@@ -169,18 +148,30 @@ def _graph_pass(outputs, seeds, inputs, leaves=False):
     wanted = set(inputs)
     # The nodes on a path to an input: an input, or a node with such a parent.
     relevant = set()
-    for node in sorted(nodes, key=_creation_index):
+    for node in reversed(nodes):
         if node in wanted or any(parent in relevant for parent in node._parents):
             relevant.add(node)
     grads = {}
+    handed = {}       # op -> {k: gradient of its output k}, as back() hands them over
     with enable_grad():
         for y, seed in zip(outputs, seeds):
             _add(grads, y, seed)
-        for node in sorted(relevant, key=_creation_index, reverse=True):
+        for node in nodes:
+            if node not in relevant:
+                continue
             g = grads.get(node)
+            if isinstance(node, Output):
+                if g is not None and not (leaves and node in wanted):
+                    handed.setdefault(node._parents[0], {})[node.k] = g
+                continue
+            if node._parents and node.n_outputs > 1:
+                further = handed.pop(node, {})
+                if g is None and not further:
+                    continue
+                g = (g,) + tuple(further.get(k) for k in range(1, node.n_outputs))
             if g is None or not node._parents or leaves and node in wanted:
                 continue
-            _check_versions(node)
+            check_versions(node)
             parents = node._parents
             try:
                 found = _op_grads(node, g, parents)
@@ -200,11 +191,14 @@ def _op_grads(node, g, parents):
     composite = getattr(node, "_composite", None)
     if composite is None:
         return tuple(node._grads(g, *parents))
+    results, seeds = [composite(*parents)], [g]
+    if node.n_outputs > 1:            # the outputs that got a gradient, with theirs
+        results, seeds = zip(*[(y, gk) for y, gk in zip(results[0], g) if gk is not None])
     # A node given as two inputs gets its whole gradient once, at its first position. The
     # parents are leaves of this pass: an input computed from another input (a recurrent op's
     # initial state from the same weights) hands its gradient on in the caller's pass, once.
     wanted = list({id(parent): parent for parent in parents if parent.requires_grad}.values())
-    found = _graph_pass([composite(*parents)], [g], wanted, leaves=True) if wanted else []
+    found = _graph_pass(list(results), list(seeds), wanted, leaves=True) if wanted else []
     by_parent = dict(zip(map(id, wanted), found))
     return tuple(by_parent.pop(id(parent), None) for parent in parents)
 

@@ -1,105 +1,49 @@
-"""The engine: NetVar, NetOp and the backward pass.
+"""The engine: NetVar, NetOp and the backward pass, in that order.
 
-A NetOp computes its value once, eagerly, in its constructor and keeps references to its
-parents; that is the whole graph. ``back()`` collects the op nodes reachable from the root in
-a list that grows as it is read (no recursion), orders them by creation index (parents are
-always created before their children, so descending index is a reverse topological order) and
-calls each ``_back`` exactly once, after all of its consumers have contributed to its gradient.
+A NetOp computes its value once, eagerly, in its constructor and keeps references to its parents;
+that is the whole graph. ``back()`` collects the op nodes reachable from the root (``collect``),
+in descending creation index (parents are created before their children, so that is a reverse
+topological order), and ``propagate`` calls each ``_back`` once, after all its consumers.
+The functions after NetOp are the engine's interface to the rest of nnkit.
 """
-import copy
 import itertools
 import operator
-import threading
-import types
 
 import numpy
 
 from . import backend
-from .arraylike import ArrayLike
-from .dtypes import as_array
-from .gradients import _conform, _gradient_from_user, _owned_copy
+from .arraylike import ArrayLike, as_op_array, not_nodes_error
+from .dtypes import as_array, operand_array
+from .gradients import conform, owned_copy, seed_gradient
+from .modes import state as _modes, threads_without_grad as _grad_off
+from .nodecopy import Copyable
+from .specialize import own_code
 
 _ndarray = numpy.ndarray
-_counter = itertools.count()
-_edits = 0            # global edit stamp: bumped whenever some NetVar's data is replaced or updated
-# Observers of the engine: objects with forward(node, parents), called for each op built, and
-# before(node) / after(node), called around each _back. detect_anomaly() attaches one for its
-# block; back(trace=True) adds a recorder for one pass. The engine knows only this protocol (it
-# imports no observer), and with none attached it pays one test per op and two per backward step.
-_observers = []
-# Why a node needs no gradient, for the errors of back() and grad().
+_counter = itertools.count()    # creation indices: a parent's is smaller than its children's
+_edits = 0            # edit stamp: bumped whenever some NetVar's data is replaced or updated
+# Observers: objects with forward(node, parents), called for each op built, and before(node) /
+# after(node), around each _back (docs/contributing.md). detect_anomaly() attaches one; the
+# engine imports none, and with none attached pays one test per op and two per backward step.
+observers = []
+recorder = None       # the class back(trace=True) records with; nnkit.trace sets it
 NO_GRAD_CAUSES = ("it was built under no_grad(), only from constants with requires_grad=False, "
                   "or from an op whose super().__init__(value, *parents) was given no parents")
-_recorder = None      # the class back(trace=True) records with; nnkit.trace registers it
-# Backward passes begun (back() and grad()): a gradient an op hands to another sideways, outside
-# the graph's edges (a recurrent op's final cell state), is stamped with its pass, so that a pass
-# refused midway leaves nothing for the next one.
-_passes = 0
-
-
-def anomaly_mode():
-    """True inside ``detect_anomaly()``: an attached observer checks values, so ops may also run
-    their checks that read GPU data back to the host (skipped otherwise: one copy per call)."""
-    return any(observer.checks_values for observer in _observers)
-
-
-class _State(threading.local):
-    grad = True       # record parents (no_grad turns it off)
-    train = True      # Dropout / BatchNorm behaviour
-
-
-_state = _State()
-# How many grad-off blocks are open in all threads together. While it is 0, grad mode is on in
-# every thread and NetOp skips the thread-local read (a third of a tiny op's bookkeeping).
-_grad_off = 0
 
 
 class InplaceEditError(RuntimeError):
     """A parent's data was changed after an op used it, so its gradient would be wrong."""
 
 
-# ----------------------------------------------------------------------------- leaves and constants
-
-def _init_leaf(node, data, requires_grad, name):
-    node._data = data
-    node._g = None
-    node._gshared = False
-    node.requires_grad = requires_grad and data.dtype.kind in "fc"
-    node._parents = ()
-    node._index = next(_counter)
-    node._version = 0
-    node._name = name
-
-
 def constant(value, like=None, dtype=None):
-    """A NetVar that needs no gradient, holding ``value`` as it is (no row promotion).
-
-    A Python number or list adopts the dtype (and device) of ``like``, as a Python scalar
-    operand does in NumPy 2, and so does an integer or boolean array beside a float ``like``
-    (exact in float64: 123456789 stays 123456789); a complex number stays complex, as a complex
-    array does; ``dtype`` sets one (``dtype=bool`` keeps a mask boolean).
-    """
+    """A NetVar that needs no gradient, holding ``value`` as it is (no row promotion); a
+    Python number or list adopts ``like``'s dtype and device (``dtypes.operand_array``)."""
     if isinstance(value, NetVar):
         return value
-    kind = type(value)
-    if dtype is None and kind is _ndarray and value.dtype.kind == "f":
+    if dtype is None and type(value) is _ndarray and value.dtype.kind == "f":
         data = value              # the dtype policy keeps a float array as it is
-    elif dtype is None and isinstance(value, (complex, numpy.complexfloating)):
-        # complex, as a complex array operand is (a cast to like's real dtype dropped 2j)
-        xp = numpy if like is None else backend.array_module(like._data)
-        data = xp.asarray(value)
-    elif (kind is float or kind is int) and like is not None and dtype is None and \
-            type(like._data) is _ndarray:
-        data = numpy.asarray(value, like._data.dtype)
-    elif like is not None and dtype is None and (isinstance(
-            value, (int, float, bool, numpy.number, list, tuple)) or (
-            backend.is_array(value) and value.dtype.kind in "biu"
-            and like._data.dtype.kind == "f")):
-        data = backend.array_module(like._data).asarray(value, dtype=like._data.dtype)
     else:
-        data = as_array(value, dtype, "constant")
-    # A constant sets only what the engine reads on every node; the other slots (_name,
-    # _version, _gshared) are read with a default or written before they are read.
+        data = operand_array(value, None if like is None else like._data, dtype)
     node = NetVar.__new__(NetVar)
     node._data = data
     node._g = None
@@ -111,21 +55,20 @@ def constant(value, like=None, dtype=None):
 
 # ----------------------------------------------------------------------------- NetVar
 
-class NetVar(ArrayLike):
+class NetVar(ArrayLike, Copyable):
     """A node holding an array ``data`` and, after ``back()``, its gradient ``g``.
 
     ``NetVar(data, requires_grad=True, dtype=None, name=None)``: 1-D data becomes a row
-    ``(1, n)`` and scalars ``(1, 1)`` (the row-oriented convention). Float arrays keep their
-    dtype (and share memory with the array given); lists, Python scalars and int/bool data become
-    ``nnkit.dtype`` unless ``dtype=`` says otherwise (``dtype=int`` for class labels, which then
-    need no gradient). ``requires_grad=False`` marks constants such as inputs and targets.
+    ``(1, n)``, scalars ``(1, 1)``. Float arrays keep their dtype (and memory); lists, numbers and
+    int/bool data become ``nnkit.dtype`` unless ``dtype=`` says otherwise (``dtype=int`` for
+    labels, which need no gradient). ``requires_grad=False`` marks inputs and targets.
     """
     # An op node sets only what the engine reads on every node (_data, _g, requires_grad,
-    # _parents, _index, and _pversion with the parents): dropping three more writes made a tiny
-    # op 2-3% faster. _name and _version are set on leaves and on nodes named or edited later,
-    # and read with a default; _gshared is set with a gradient and read only when there is one.
+    # _parents, _index; _pversion with parents): three writes fewer made a tiny op 2-3% faster.
+    # The others are read with a default or written before they are read. _gread: the zeros a
+    # .g read made; _received: what an op's further outputs handed it in this pass.
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
-                 "_version", "_pversion", "_name", "_fingerprint", "_gread", "__weakref__")
+                 "_version", "_pversion", "_name", "_gread", "_received", "__weakref__")
     __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
 
     def __init__(self, data, requires_grad=True, dtype=None, name=None):
@@ -135,89 +78,56 @@ class NetVar(ArrayLike):
         data = as_array(data._data.copy() if isinstance(data, NetVar) else data, dtype)
         if data.ndim < 2:
             data = data.reshape(1, -1) if data.ndim == 1 else data.reshape(1, 1)
-        _init_leaf(self, data, bool(requires_grad), name)
-
-    # -- data and gradient
-    @property
-    def data(self):
-        """The value (a NumPy or CuPy array). Assigning to it marks the node as edited."""
-        return self._data
-
-    @data.setter
-    def data(self, value):
-        if isinstance(value, NetVar):
-            value = value._data.copy()      # not shared: an edit through one node is seen
-        if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-            value = as_array(value, self._data.dtype, f".data of {self._describe()}")
-            value = backend.array_module(self._data).asarray(value)
-        elif value.dtype.kind not in "biuf":
-            raise TypeError(f".data of {self._describe()}: cannot hold an array of dtype "
-                            f"{value.dtype}")
-        if value.dtype.kind in "biu" and self._data.dtype.kind == "f":
-            value = value.astype(self._data.dtype)     # a float node stays float (its gradient)
-        if value.shape != self._data.shape:
-            self.reset()                  # a gradient of the old shape would be wrong
-        elif self._g is not None and self._g.dtype != value.dtype:
-            self._g = self._g.astype(value.dtype)      # .g keeps the node's dtype
-            self._gshared = False
-        self._data = value
-        self.mark_edited()
-
-    @property
-    def name(self):
-        """An optional label, shown in errors, reprs, traces and graph drawings."""
-        return getattr(self, "_name", None)
-
-    @name.setter
-    def name(self, value):
-        self._name = value
+        self._data = data
+        self._g = None
+        self._gshared = False
+        self.requires_grad = bool(requires_grad) and data.dtype.kind in "fc"
+        self._parents = ()
+        self._index = next(_counter)
+        self._version = 0
+        self._name = name
 
     def mark_edited(self):
-        """Record that ``data`` changed in place (optimizers call this after an update).
-
-        An op built from this node before the edit refuses to backpropagate through it.
-        """
+        """Record that ``data`` changed in place (optimizers call this after an update): an
+        op built from this node before the edit refuses to backpropagate through it."""
         global _edits
         _edits += 1
         self._version = _edits
 
     @property
-    def g(self):
-        """The gradient: an array of this node's shape and dtype, zeros until back() reaches it.
+    def index(self):
+        """Creation index: a parent's is always smaller than its children's."""
+        return self._index
 
-        Assigning works as a PyTorch user expects: ``p.g = 0`` (any number) fills it, ``p.g =
-        None`` resets it, an array of the node's shape is taken (in the node's dtype); any other
-        shape, a non-numeric value or an array on another device is refused at the assignment.
-        The zeros a read makes are kept (``x.g += ...`` and ``x.g[i] = v`` edit them) but are
-        no gradient while they stay zeros: an optimizer skips them, as it skips a node without
-        one (Adam's momentum or AdamW's decay moved a frozen or unused weight after a mere
-        ``print(w.g)``).
+    def detach(self):
+        """A constant holding a copy of the data (an edit through it must not reach the graph)."""
+        return constant(self._data.copy())
+
+    __hash__ = object.__hash__
+
+    def back(self, g=None, trace=False):
+        """Backpropagate from this node: fill ``.g`` of every node it depends on.
+
+        ``g`` seeds this node's gradient (ones by default). Op nodes start each call from zero;
+        leaves accumulate until ``reset()``. ``trace=True`` returns a ``nnkit.trace.Trace``.
         """
-        if self._g is None:
-            self._g = self._gread = backend.array_module(self._data).zeros_like(self._data)
-            self._gshared = False
-        elif self._gshared:       # maybe another node's gradient: copy before a user edits it
-            self._g = _owned_copy(self._g, self._data)
-            self._gshared = False
-        return self._g
-
-    @g.setter
-    def g(self, value):
-        if value is self._g:              # `x.g += ...`: the getter's own array, edited in place
-            self._gshared = False
-        elif value is None:
-            self.reset()
-        else:                             # kept as shared: the caller's array is never edited
-            self._g = _gradient_from_user(value, self, f".g of {self._describe()}")
-            self._gshared = True
+        if not self.requires_grad:
+            raise RuntimeError(
+                f"back(): {self._describe()} does not require a gradient ({NO_GRAD_CAUSES})")
+        seed = seed_gradient(g, self, f"back(): the seed gradient of {self._describe()}")
+        nodes = collect((self,))
+        check_edits(nodes)              # refused before any gradient changes
+        for node in nodes:              # op nodes start from zero (leaves accumulate)
+            node._g = None
+        self.accumulate(seed)
+        return propagate(nodes, trace)
 
     def accumulate(self, g):
         """Add the contribution ``g`` to this node's gradient (ops call it from ``_back``).
 
-        ``g`` is summed over the axes along which this node was broadcast and takes the node's
-        dtype; one that cannot be summed back to the node's shape is refused. The first
-        contribution is kept as it is (no copy); later ones are added into an array the node
-        owns. Nodes that need no gradient ignore it.
+        ``g`` is summed over the axes this node was broadcast along (refused when it cannot
+        be) in the node's dtype. The first contribution is kept as it is (no copy); later ones
+        are added into an array the node owns. Nodes that need no gradient ignore it.
         """
         if not self.requires_grad:
             return
@@ -225,31 +135,26 @@ class NetVar(ArrayLike):
         if mine is None:          # the first contribution: kept, not copied (it may be shared)
             data = self._data
             if g.shape != data.shape or g.dtype is not data.dtype:
-                g = _conform(g, self)
+                g = conform(g, self)
             self._g = g
             self._gshared = True
             return
         if self._gshared:         # the second: a copy this node owns (of its dtype, an array)
-            self._g = mine = _owned_copy(mine, self._data)
+            self._g = mine = owned_copy(mine, self._data)
             self._gshared = False
-        # Later contributions go in place into the array this node owns, which keeps its dtype.
-        # `+=` raises for a g that must be summed first, but would spread a g with fewer elements
-        # over the node: comparing sizes (two ints, cheaper than two shapes) rules that out.
+        # Later ones go in place (the array keeps its dtype). `+=` raises for a g that must be
+        # summed first but would spread a smaller one: comparing sizes rules that out cheaply.
         if g.size == mine.size:
             try:
                 mine += g
                 return
             except ValueError:
                 pass
-        mine += _conform(g, self)
+        mine += conform(g, self)
 
     def accumulate_same_shape(self, g):
-        """``accumulate(g)`` for a ``g`` that already has this node's shape and dtype.
-
-        An elementwise op of one input hands it such a gradient by construction, so the shape
-        and dtype tests of ``accumulate`` are skipped: on a tiny op they cost as much as the
-        addition. A ``g`` of another shape must go through ``accumulate``.
-        """
+        """``accumulate(g)`` for a ``g`` with this node's shape and dtype by construction (one-input
+        elementwise ops): on a tiny op the tests cost as much as the addition."""
         if not self.requires_grad:
             return
         mine = self._g
@@ -258,348 +163,55 @@ class NetVar(ArrayLike):
             self._gshared = True
             return
         if self._gshared:
-            self._g = mine = _owned_copy(mine, self._data)
+            self._g = mine = owned_copy(mine, self._data)
             self._gshared = False
         mine += g
 
-    def reset(self):
-        """Forget the gradient: ``g`` reads as zeros until the next ``back()``."""
-        self._g = self._gread = None
-        self._gshared = False
-
-    # -- the backward pass
-    def back(self, g=None, trace=False):
-        """Backpropagate from this node: fill ``.g`` of every node it depends on.
-
-        ``g`` seeds this node's gradient (ones by default) and must have its shape. Every
-        ``_back`` of the reachable graph runs exactly once, after all of its consumers. Op
-        nodes start each call from zero; leaf gradients accumulate across calls until
-        ``reset()``. With ``trace=True`` the steps are recorded and returned as a
-        ``nnkit.trace.Trace``.
-        """
-        if not self.requires_grad:
-            raise RuntimeError(
-                f"back(): {self._describe()} does not require a gradient ({NO_GRAD_CAUSES})")
-        if g is None:
-            seed = backend.array_module(self._data).ones_like(self._data)
-        else:
-            seed = _gradient_from_user(g, self, f"back(): the seed gradient of {self._describe()}")
-            if seed is g or seed is getattr(g, "_data", None):
-                seed = seed.copy()      # the caller's array: the gradients must not follow it
-        nodes = _reverse_topological(self)
-        _check_edits(nodes)             # refused before any gradient changes
-        for node in nodes:              # op nodes start from zero (leaves accumulate)
-            node._g = None
-        self.accumulate(seed)
-        return _propagate(nodes, trace)
-
-    def __deepcopy__(self, memo):
-        """An independent copy (data, gradient, parents copied) with a creation index of its
-        own: drawings and traces tell nodes apart by it."""
-        clone = object.__new__(type(self))
-        memo[id(self)] = clone
-        for name, value in _attributes(self):
-            setattr(clone, name, copy.deepcopy(value, memo))
-        clone._index = next(_counter)            # after its parents' copies: still larger
-        return clone
-
-    def __copy__(self):
-        """A copy with its own data (and gradient) and creation index, the same parents: two
-        nodes never share an array (an edit through one would go unseen) or an index."""
-        clone = object.__new__(type(self))
-        for name, value in _attributes(self):
-            setattr(clone, name, value)
-        clone._data = self._data.copy()
-        if self._g is not None:
-            clone._g, clone._gshared = self._g.copy(), False
-        clone._index = next(_counter)
-        return clone
-
-    def __setstate__(self, state):
-        """Unpickling: the attributes, and a creation index of this process (the pickled one
-        may belong to a live node here). The edit stamps of another process mean nothing
-        here (compared with this one's, an edit went unseen or a fresh graph was refused): an
-        unpickled graph counts as built now, unedited."""
-        attributes, slots = state if isinstance(state, tuple) else (state, None)
-        for mapping in (attributes, slots):
-            for name, value in (mapping or {}).items():
-                setattr(self, name, value)
+    def _renew(self, how):
+        """A copy's bookkeeping (nodecopy.py): its own index; ``copy.copy``: its own arrays;
+        unpickled: built now, unedited (another process's edit stamps mean nothing here)."""
         self._index = next(_counter)
-        if hasattr(self, "_pversion"):
-            self._pversion = _edits
-        if hasattr(self, "_version"):
-            self._version = 0
-
-    # -- the graph
-    def detach(self):
-        """A constant NetVar holding a copy of this node's data, cut from the graph (a copy:
-        an edit through it, ``d.data += 1``, must not change the data this node's graph
-        used without the engine seeing it)."""
-        return constant(self._data.copy())
-
-    @property
-    def parents(self):
-        """The nodes this one was computed from (empty for leaves and no_grad results)."""
-        return self._parents
-
-    @property
-    def index(self):
-        """Creation index: a parent's is always smaller than its children's."""
-        return self._index
-
-    __hash__ = object.__hash__
-
-
-# ----------------------------------------------------------------------------- NetOp
-
-class NetOp(NetVar):
-    """A NetVar whose ``data`` is computed once, in its constructor, from its parents.
-
-    Every op, built-in or a user's, is written the same way:
-
-    - the constructor checks its arguments (errors name the op, the argument and the shapes),
-      computes the value with ``xp = backend.array_module(x.data)`` (NumPy or CuPy) and calls
-      ``super().__init__(value, *parents)``. Parents are recorded only when grad mode is on and
-      some parent needs a gradient;
-    - ``_back(self, *parents)`` hands each parent its share of the upstream gradient ``self.g``
-      with ``parent.accumulate(g)``, which sums a broadcast ``g`` back to the parent's shape,
-      casts it to the parent's dtype, refuses a ``g`` that cannot be summed back and ignores a
-      parent that needs no gradient; ``parent.accumulate_same_shape(g)`` skips the shape and
-      dtype tests for a ``g`` that has them by construction (one-input elementwise ops);
-      ``parent.g += ...`` works too, as the article writes it. An op class that defines its own
-      ``accumulate`` gets every consumer's contribution through it (``grad(create_graph=True)``
-      builds gradients from ``_grads`` and calls no ``accumulate``);
-    - ``_grads(self, g, *parents)`` (or ``_composite(self, *parents)``) is the same backward
-      rule written with ops on nodes, which ``nnkit.grad(..., create_graph=True)`` uses for
-      gradients of gradients; an op without either refuses only that;
-    - the docstring states the forward and backward formulas (x, w, b inputs; y output;
-      g upstream gradient; B rows).
-
-    The built-in ops read the engine's slots ``x._data`` and ``self._g``: the same arrays as
-    ``x.data`` and ``self.g`` without a property call (and ``.g`` copies a gradient another
-    node shares before handing it out, which a ``_back`` that only reads it does not need).
-    Each built-in op class declares ``__slots__`` with the attributes it stores (``()`` when
-    none), so its nodes carry no ``__dict__``; a user's op may do without. An op that keeps an
-    array it was given beside its parents and reads it in ``_back`` (a mask, an index) names
-    the attribute in ``kept_arrays``: inside ``detect_anomaly()`` it is hashed with the
-    parents' data, and an in-place edit before ``back()`` is caught.
-    """
-    __slots__ = ()
-    kept_arrays = ()
-
-    def __init_subclass__(cls, **kwargs):
-        """Each op class gets its own copy of the accumulate methods (see ``own_code``): every
-        op's ``_back`` calls them on its parents, nodes of every op class."""
-        super().__init_subclass__(**kwargs)
-        if "accumulate" in cls.__dict__ and "accumulate_same_shape" not in cls.__dict__:
-            # a class's own accumulate is its one rule: the same-shape shortcut (one-input
-            # elementwise consumers call it) must not skip it
-            cls.accumulate_same_shape = cls.__dict__["accumulate"]
-        for name in ("accumulate", "accumulate_same_shape"):
-            if name not in cls.__dict__:
-                setattr(cls, name, own_code(getattr(cls, name), cls))
-
-    def __init__(self, data, *parents):
-        if type(data) is not _ndarray:
-            data = _as_op_array(data)
-        self._data = data
-        self._g = None
-        self._index = next(_counter)
-        try:
-            for parent in parents:
-                if parent.requires_grad and (not _grad_off or _state.grad):
-                    self.requires_grad = True
-                    self._parents = parents
-                    self._pversion = _edits
-                    break
-            else:
-                self.requires_grad = False
-                self._parents = ()
-        except AttributeError as error:     # (costs nothing unless raised)
-            raise (_not_nodes(self, parents) or error) from None
-        if _observers:
-            for observer in _observers:
-                observer.forward(self, parents)
-
-    def _back(self, *parents):
-        """Add each parent's gradient contribution: every subclass defines its own.
-
-        ``super()._back()`` with no arguments (as the article's ops end) does nothing; the
-        engine calls ``_back`` with the parents, which reaches here only when the subclass
-        defines no backward rule, and that must not pass as a zero gradient.
-        """
-        if parents:
-            raise NotImplementedError(
-                f"back(): {type(self).__name__} defines no _back, so nnkit cannot "
-                f"backpropagate through {self._describe()}; give the op a "
-                f"_back(self, {', '.join(f'input{i}' for i in range(len(parents)))}) that "
-                "accumulates each input's gradient")
-
-    def _grads(self, g, *parents):
-        """The backward rule written with ops on nodes, for ``nnkit.grad(create_graph=True)``:
-        returns each parent's gradient as a node (None for none), given the upstream gradient
-        as the node ``g``. Every subclass that can be differentiated twice defines it (or
-        ``_composite(*parents)``, the same value built from such ops); this one refuses.
-        """
-        raise NotImplementedError(
-            f"grad(create_graph=True): {type(self).__name__} defines no _grads, so nnkit cannot "
-            f"differentiate the backward pass of {self._describe()}; give the op a "
-            f"_grads(self, g, {', '.join(f'input{i}' for i in range(len(parents)))}) that returns "
-            "each input's gradient built from ops (docs/contributing.md, 'Higher-order "
-            "gradients'), or use create_graph=False")
-
-
-def _link(node, data, a, b=None):
-    """``NetOp.__init__(node, data, a, b)`` for the operators' fast path (ops/surface.py) alone;
-    returns ``node``.
-
-    The same bookkeeping with a fixed argument list: Python specialises a call to a function
-    without ``*parents`` and runs it inside the caller's frame, which on the chains of tiny
-    steps these operators make is a visible part of each op's cost.
-    """
-    if type(data) is not _ndarray:
-        data = _as_op_array(data)
-    node._data = data
-    node._g = None
-    node._index = next(_counter)
-    if (a.requires_grad or (b is not None and b.requires_grad)) and (
-            not _grad_off or _state.grad):
-        node.requires_grad = True
-        node._parents = (a,) if b is None else (a, b)
-        node._pversion = _edits
-    else:
-        node.requires_grad = False
-        node._parents = ()
-    if _observers:
-        for observer in _observers:
-            observer.forward(node, (a,) if b is None else (a, b))
-    return node
-
-
-def own_code(function, owner=None):
-    """A copy of ``function`` with a code object of its own, and otherwise the same (defaults,
-    attributes; named as a method of ``owner`` when given, so that pickle finds it there).
-
-    CPython specialises each attribute read and write in a code object to the class of the
-    object it last saw, and gives up the specialisation when the classes keep changing. The
-    engine's functions that run on every node (``accumulate``, the operators' bookkeeping)
-    meet nodes of every op class; one copy per class keeps each copy on one class. Measured on
-    W1 (benchmarks/), about 6% of a tiny op's time. (So patching ``NetVar.accumulate`` reaches
-    the leaves only: patch the op class whose nodes you mean.)
-    """
-    copy = types.FunctionType(function.__code__.replace(), function.__globals__,
-                              function.__name__, function.__defaults__, function.__closure__)
-    copy.__kwdefaults__ = function.__kwdefaults__
-    copy.__dict__.update(function.__dict__)
-    copy.__doc__ = function.__doc__
-    copy.__qualname__ = function.__qualname__
-    copy.__module__ = function.__module__
-    if owner is not None:
-        copy.__qualname__ = f"{owner.__qualname__}.{function.__name__}"
-        copy.__module__ = owner.__module__
-    return copy
-
-
-def _not_nodes(op, parents):
-    """The TypeError for an op given parents that are not nodes (None for an absent bias, an
-    array): it fails in back() otherwise, naming neither. None when every parent is a node
-    (the AttributeError came from elsewhere: the caller re-raises it)."""
-    position, parent = next(((k, p) for k, p in enumerate(parents)
-                             if not isinstance(p, NetVar)), (None, None))
-    if position is None:
-        return None
-    return TypeError(f"{type(op).__name__}: parent {position} given to super().__init__ is "
-                     f"{type(parent).__name__}, not a node (a NetVar); pass only nodes (leave "
-                     "an absent input out, make an array a NetVar)")
-
-
-def _as_op_array(data):
-    if isinstance(data, NetVar):
-        return data._data
-    if hasattr(data, "__cuda_array_interface__"):
-        return data
-    return numpy.asarray(data)
-
-
-# ----------------------------------------------------------------------------- engine internals
-
-def _propagate(nodes, trace=False):
-    """Call ``_back`` on each of ``nodes`` (op nodes, children before parents) whose gradient a
-    consumer or a seed has given: the loop of ``back()``, shared with ``nnkit.grad``. The
-    caller has run ``_check_edits(nodes)`` before changing any gradient."""
-    global _passes
-    _passes += 1
-    observers = _observers
-    if trace:
-        recorder = _recorder()
-        observers = observers + [recorder]
-    for node in nodes:
-        if node._g is not None:
-            if observers:
-                for observer in observers:
-                    observer.before(node)
-            parents = node._parents
-            # `_back(*parents)` as a call with a fixed argument list when it has one or two
-            # parents (almost every op): Python runs such a call inside the loop's frame.
-            if len(parents) == 2:
-                node._back(parents[0], parents[1])
-            elif len(parents) == 1:
-                node._back(parents[0])
-            else:
-                node._back(*parents)
-            if not node._gshared:     # its parents may hold its array now: .g copies first
-                node._gshared = True
-            if observers:
-                for observer in observers:
-                    observer.after(node)
-    return recorder.trace() if trace else None
-
-
-def _check_edits(nodes):
-    """Refuse a pass through an op whose input (or output) was edited after it was built
-    (``InplaceEditError``), checking every node before any gradient changes. Only when an edit
-    happened since the oldest op was built (nodes run newest first) is there anything to see."""
-    stamp = _edits
-    if nodes and nodes[-1]._pversion < stamp:
-        for node in nodes:
-            if node._pversion < stamp:
-                _check_versions(node)
-
-
-def _reverse_topological(root):
-    """The op nodes reachable from ``root`` (itself included), children before parents."""
-    if not root._parents:
-        return []
-    seen = {root}
-    nodes = [root]
-    visit, collect = seen.add, nodes.append       # bound once: a hot loop
-    try:
-        for node in nodes:        # the list grows as the loop reads it: each node once
-            for parent in node._parents:
-                if parent._parents and parent not in seen:
-                    visit(parent)
-                    collect(parent)
-    except AttributeError as error:     # a parent that is not a node (costs nothing)
-        raise (_not_nodes(node, node._parents) or error) from None
-    nodes.sort(key=_creation_index, reverse=True)
-    return nodes
-
-
-def _attributes(node):
-    """``(name, value)`` of every attribute a node holds: its slots, and a user's op's
-    ``__dict__``."""
-    for klass in type(node).__mro__:
-        slots = getattr(klass, "__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots:
-            if name != "__weakref__" and hasattr(node, name):
-                yield name, getattr(node, name)
-    yield from getattr(node, "__dict__", {}).items()
+        if how == "copy":
+            self._data = self._data.copy()
+            if self._g is not None:
+                self._g, self._gshared = self._g.copy(), False
+        elif how == "unpickled":          # (harmless on a node that had neither)
+            self._pversion, self._version = _edits, 0
 
 
 _creation_index = operator.attrgetter("_index")     # a C-level sort key: no Python call per node
 
 
-def _check_versions(node):
+def collect(roots, every=False):
+    """The nodes ``roots`` depend on, the roots included, children before parents (descending
+    creation index): the op nodes (those with parents), or with ``every`` the leaves and
+    constants too. The one graph walk: back(), ``grad`` and the trace use it."""
+    nodes = [root for root in roots if root._parents or every]
+    seen = set(nodes)
+    visit, add = seen.add, nodes.append       # bound once: a hot loop
+    try:
+        for node in nodes:        # the list grows as the loop reads it: each node once
+            for parent in node._parents:
+                if (parent._parents or every) and parent not in seen:
+                    visit(parent)
+                    add(parent)
+    except AttributeError as error:     # a parent that is not a node (costs nothing)
+        raise (not_nodes_error(node, node._parents) or error) from None
+    nodes.sort(key=_creation_index, reverse=True)
+    return nodes
+
+
+def check_edits(nodes):
+    """Refuse a pass through an op whose input (or output) was edited after it was built, before
+    any gradient changes: only an edit since the oldest op (the last node) was built can be."""
+    stamp = _edits
+    if nodes and nodes[-1]._pversion < stamp:
+        for node in nodes:
+            if node._pversion < stamp:
+                check_versions(node)
+
+
+def check_versions(node):
     if getattr(node, "_version", 0) > node._pversion:       # its own output: _back may read it
         raise InplaceEditError(
             f"back(): the data of {node._describe()} was changed after the op computed it, so "
@@ -610,3 +222,179 @@ def _check_versions(node):
                 f"back(): the data of input {position} of {node._describe()} "
                 f"({parent._describe()}) was changed after the op used it, so its gradient "
                 "would be wrong; rebuild the graph after editing (optimizer steps included)")
+
+
+def propagate(nodes, trace=False):
+    """Call ``_back`` on each of ``nodes`` (children first) that a consumer or a seed gave a
+    gradient, ``check_edits(nodes)`` done; with ``trace`` returns the Trace. back() and grad()."""
+    watching = observers + [recorder()] if trace else observers
+    try:
+        for node in nodes:
+            if node._g is not None:
+                if watching:
+                    for observer in watching:
+                        observer.before(node)
+                parents = node._parents
+                # `_back(*parents)` as a call with a fixed argument list when it has one or two
+                # parents (almost every op): Python runs such a call inside the loop's frame.
+                if len(parents) == 2:
+                    node._back(parents[0], parents[1])
+                elif len(parents) == 1:
+                    node._back(parents[0])
+                else:
+                    node._back(*parents)
+                if not node._gshared:     # its parents may hold its array now: .g copies first
+                    node._gshared = True
+                if watching:
+                    for observer in watching:
+                        observer.after(node)
+    except BaseException:        # a pass refused midway leaves nothing handed over for the next
+        for node in nodes:
+            node._received = None
+        raise
+    return watching[-1].trace() if trace else None
+
+
+# ----------------------------------------------------------------------------- NetOp
+
+class NetOp(NetVar):
+    """A NetVar whose ``data`` is computed once, in its constructor, from its parents.
+
+    Every op, built-in or a user's, is written the same way (docs/contributing.md has more):
+
+    - the constructor checks its arguments (errors name the op, the argument and the shapes;
+      ``node._describe()`` names a node), computes the value with ``xp =
+      backend.array_module(x.data)`` and calls ``super().__init__(value, *parents)``; parents
+      are recorded only when grad mode is on and some parent needs a gradient;
+    - ``_back(self, *parents)`` hands each parent its share of ``self.g`` with
+      ``parent.accumulate(g)`` (sums a broadcast ``g`` back, casts it to the parent's dtype,
+      ignores a parent that needs no gradient), or ``accumulate_same_shape(g)`` for a ``g``
+      that has the parent's shape and dtype by construction; ``parent.g += ...`` works too;
+    - ``_grads(self, g, *parents)`` (or ``_composite(self, *parents)``) is the same rule with
+      ops on nodes, for ``nnkit.grad(..., create_graph=True)``;
+    - the docstring states the forward and backward formulas (x inputs, y output, g upstream).
+
+    Several outputs (an LSTM's final h and c, Split's parts): the op node is output 0 and
+    ``Output(self, k, value)`` is output k = 1, 2, ... The engine clears each output's
+    gradient like any gradient and hands it to the op, whose ``_back`` reads them with
+    ``self.output_grads()`` (``{k: g}``; Chainer's ``backward(indexes, grad_outputs)``).
+    Such an op sets ``n_outputs``: ``_grads`` then gets (g0, g1, ...) (None for an unused one)
+    and ``_composite`` returns the tuple of outputs.
+
+    Speed: op files read the slots ``_data``, ``_g`` and ``_parents`` (no property call, no
+    copy of a shared gradient): with ``_describe`` and the rules ``grad()`` calls (``_grads``,
+    ``_composite``) the only private names read across packages (tests/test_structure.py).
+    Built-in ops declare ``__slots__``; an op that keeps an array beside its parents (a mask)
+    names it in ``kept_arrays``, so that ``detect_anomaly()`` catches an in-place edit of it.
+    """
+    __slots__ = ()
+    kept_arrays = ()
+    n_outputs = 1
+
+    def __init_subclass__(cls, **kwargs):
+        """Each op class gets its own copy of the accumulate methods (``own_code``)."""
+        super().__init_subclass__(**kwargs)
+        if "accumulate" in cls.__dict__ and "accumulate_same_shape" not in cls.__dict__:
+            # a class's own accumulate is its one rule: the same-shape shortcut must not skip it
+            cls.accumulate_same_shape = cls.__dict__["accumulate"]
+        for name in ("accumulate", "accumulate_same_shape"):
+            if name not in cls.__dict__:
+                setattr(cls, name, own_code(getattr(cls, name), cls))
+
+    def __init__(self, data, *parents):
+        if type(data) is not _ndarray:
+            data = as_op_array(data)
+        self._data = data
+        self._g = None
+        self._index = next(_counter)
+        try:
+            for parent in parents:
+                if parent.requires_grad and (not _grad_off[0] or _modes.grad):
+                    self.requires_grad = True
+                    self._parents = parents
+                    self._pversion = _edits
+                    break
+            else:
+                self.requires_grad = False
+                self._parents = ()
+        except AttributeError as error:     # (costs nothing unless raised)
+            raise (not_nodes_error(self, parents) or error) from None
+        if observers:
+            for observer in observers:
+                observer.forward(self, parents)
+
+    def output_grads(self):
+        """``{k: g}``: the gradients this pass handed outputs 1, 2, ... (read once, in _back)."""
+        received = getattr(self, "_received", None)
+        self._received = None
+        return received or {}
+
+    def _back(self, *parents):
+        """Every subclass defines its own. ``super()._back()`` (as the article's ops end) does
+        nothing; called with the parents, an op without a rule must not pass as a zero."""
+        if parents:
+            raise self._missing("back()", "_back", "backpropagate through", parents,
+                                "accumulates each input's gradient")
+
+    def _grads(self, g, *parents):
+        """Each parent's gradient as a node (None for none) given ``g`` as a node, for
+        ``nnkit.grad(create_graph=True)``. This one refuses."""
+        raise self._missing("grad(create_graph=True)", "_grads", "differentiate the backward "
+                            "pass of", parents, "returns each input's gradient built from ops "
+                            "(docs/contributing.md, 'Higher-order gradients'), or use "
+                            "create_graph=False", "g, ")
+
+    def _missing(self, caller, rule, what, parents, does, g=""):
+        inputs = ", ".join(f"input{i}" for i in range(len(parents)))
+        return NotImplementedError(
+            f"{caller}: {type(self).__name__} defines no {rule}, so nnkit cannot {what} "
+            f"{self._describe()}; give the op a {rule}(self, {g}{inputs}) that {does}")
+
+
+class Output(NetOp):
+    """Output ``k`` (1, 2, ...) of an op with several outputs (see NetOp); its parent: the op.
+    y = the op's output k;  backward: g is handed to the op as it is (``op.output_grads()``)"""
+    __slots__ = ("k",)
+
+    def __init__(self, op, k, value):
+        self.k = k
+        NetOp.__init__(self, value, op)     # (not super(): a subclass may mix in another op)
+
+    def _back(self, op):
+        received = getattr(op, "_received", None)
+        if received is None:
+            op._received = received = {}
+        received[self.k] = self._g      # each output's _back runs once a pass: its whole g
+        if op._g is None:     # only other outputs were used: the op's _back must still run
+            xp = backend.array_module(op._data)
+            op.accumulate(xp.broadcast_to(xp.zeros((), op._data.dtype), op._data.shape))
+
+
+def link(node, data, a, b=None):
+    """``NetOp.__init__(node, data, a, b)`` for the operators' fast path (ops/surface.py) alone,
+    returning ``node``: Python runs a call without ``*parents`` inside the caller's frame."""
+    if type(data) is not _ndarray:
+        data = as_op_array(data)
+    node._data = data
+    node._g = None
+    node._index = next(_counter)
+    if (a.requires_grad or (b is not None and b.requires_grad)) and (
+            not _grad_off[0] or _modes.grad):
+        node.requires_grad = True
+        node._parents = (a,) if b is None else (a, b)
+        node._pversion = _edits
+    else:
+        node.requires_grad = False
+        node._parents = ()
+    if observers:
+        for observer in observers:
+            observer.forward(node, (a,) if b is None else (a, b))
+    return node
+
+
+# ----------------------------------------------------------------------------- interface
+
+def anomaly_mode():
+    """True inside ``detect_anomaly()``: an attached observer checks values, so ops may also run
+    their checks that read GPU data back to the host (skipped otherwise: one copy per call)."""
+    return any(observer.checks_values for observer in observers)

@@ -62,3 +62,28 @@ def as_array(data, dtype=None, owner="NetVar"):
     if array.dtype.kind == "O":
         raise TypeError(f"{owner}: cannot hold an array of Python objects")
     return array
+
+
+def operand_array(value, like=None, dtype=None):
+    """The array of a constant operand ``value`` beside the array ``like`` (``constant()``).
+
+    A Python number or list adopts the dtype (and device) of ``like``, as a Python scalar
+    operand does in NumPy 2, and so does an integer or boolean array beside a float ``like``
+    (exact in float64: 123456789 stays 123456789); a float array is kept as it is; a complex
+    number stays complex, as a complex array does; ``dtype`` sets one (``dtype=bool`` keeps a
+    mask boolean). Anything else follows ``as_array``.
+    """
+    kind = type(value)
+    if dtype is None and kind is _ndarray and value.dtype.kind == "f":
+        return value
+    if dtype is None and isinstance(value, (complex, numpy.complexfloating)):
+        # complex, as a complex array operand is (a cast to like's real dtype dropped 2j)
+        return (numpy if like is None else backend.array_module(like)).asarray(value)
+    if like is None or dtype is not None:
+        return as_array(value, dtype, "constant")
+    if (kind is float or kind is int) and type(like) is _ndarray:
+        return numpy.asarray(value, like.dtype)
+    if isinstance(value, (int, float, bool, numpy.number, list, tuple)) or (
+            backend.is_array(value) and value.dtype.kind in "biu" and like.dtype.kind == "f"):
+        return backend.array_module(like).asarray(value, dtype=like.dtype)
+    return as_array(value, dtype, "constant")

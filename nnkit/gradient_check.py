@@ -14,6 +14,7 @@ import numpy
 from . import backend, checks
 from .autodiff import grad
 from .core import NetVar
+from .gradients import hold_gradients, restore_gradients
 from .ops.shape import Reshape
 
 __all__ = ['gradcheck', 'gradgradcheck', 'GradcheckError', 'GradcheckReport']
@@ -250,20 +251,19 @@ def _added_by_back(f, inputs, weights, seed):
     xp = backend.array_module(weights)
     rng = numpy.random.default_rng(seed + 1)
     leaves = [x for x in inputs if x.requires_grad and not x._parents]
-    saved = [(x, x._g, getattr(x, "_gshared", False)) for x in leaves]
+    saved = hold_gradients(leaves)
     try:
         held = {}
         for x in leaves:
             held[id(x)] = xp.asarray(rng.standard_normal(x.shape), dtype=x.dtype)
-            x._g, x._gshared = held[id(x)].copy(), False
+            x.g = held[id(x)].copy()
         out = f(*inputs)
         if not (isinstance(out, NetVar) and out.requires_grad):
             return None
         out.back(weights)
         return [x._g - held[id(x)] if id(x) in held else None for x in inputs]
     finally:
-        for x, g, shared in saved:
-            x._g, x._gshared = g, shared
+        restore_gradients(saved)
 
 
 def gradgradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, seed=0, raise_on_error=True,

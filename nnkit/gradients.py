@@ -3,14 +3,14 @@
 ``unbroadcast`` sums a gradient back to the shape of an input that was broadcast (ops may call
 it; ``accumulate`` does). The rest is the engine's: a contribution conformed to its node (shape
 and dtype), the owned copy a node adds into in place, and a gradient a user hands in
-(``node.g = value``, ``back(value)``) checked against the node.
+(``node.g = value``, ``back(value)``) checked against the node; and the gradients of a set of
+nodes held and put back around a pass that must leave them as they were.
 """
 import numbers
 
 import numpy
 
 from . import backend
-from .arraylike import ArrayLike
 
 __all__ = ["unbroadcast"]
 
@@ -38,7 +38,7 @@ def unbroadcast(g, shape):
     return g
 
 
-def _conform(g, node):
+def conform(g, node):
     """``g`` as a gradient of ``node``: summed over broadcast axes, in the node's dtype."""
     shape = node._data.shape
     if g.shape != shape:
@@ -62,7 +62,7 @@ def _conform(g, node):
     return g
 
 
-def _owned_copy(g, data):
+def owned_copy(g, data):
     """A copy of the gradient ``g`` that a node may add into in place: an array of ``data``'s
     dtype. (NumPy gives a 0-d result as a scalar, which ``+=`` would rebind, not update.)"""
     if isinstance(g, numpy.generic):
@@ -70,12 +70,12 @@ def _owned_copy(g, data):
     return g.astype(data.dtype)          # astype copies
 
 
-def _gradient_from_user(value, node, where):
+def gradient_from_user(value, node, where):
     """A gradient a user gives for ``node`` (``node.g = value``, ``back(value)``): a number fills
     the node's shape, an array (or list) of the node's shape is taken in its dtype; anything else
     is refused, the message starting with ``where``."""
     data = node._data
-    if isinstance(value, ArrayLike):          # a node: its data
+    if hasattr(value, "requires_grad"):       # a node: its data
         value = value._data
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return backend.array_module(data).full(data.shape, value, dtype=data.dtype)
@@ -90,3 +90,35 @@ def _gradient_from_user(value, node, where):
         raise ValueError(f"{where}: the gradient must have the node's shape "
                          f"{tuple(data.shape)}, got {tuple(value.shape)}")
     return value.astype(data.dtype, copy=False)
+
+
+def hold_gradients(nodes):
+    """The gradients of ``nodes`` as they are, for ``restore_gradients``: ``grad()``,
+    ``trace_back()`` and ``gradcheck`` run a pass and then put every ``.g`` back."""
+    return [(node, node._g, node._g is not None and node._gshared) for node in nodes]
+
+
+def restore_gradients(held):
+    """Put back the gradients ``hold_gradients`` took."""
+    for node, g, shared in held:
+        node._g = g
+        node._gshared = shared
+
+
+def gradient_copy(node):
+    """``node``'s gradient as an array the caller may keep (zeros when it has none)."""
+    if node._g is None:
+        return backend.array_module(node._data).zeros_like(node._data)
+    return owned_copy(node._g, node._data) if node._gshared else node._g
+
+
+def seed_gradient(g, node, where):
+    """The seed of a pass from ``node`` (``back(g)``, ``grad(..., g)``): ones when ``g`` is None,
+    else ``g`` checked as ``gradient_from_user`` checks it, never the caller's own array (an
+    op's ``_back`` may add into the gradient it is handed)."""
+    if g is None:
+        return backend.array_module(node._data).ones_like(node._data)
+    seed = gradient_from_user(g, node, where)
+    if seed is g or seed is getattr(g, "_data", None):
+        seed = seed.copy()
+    return seed

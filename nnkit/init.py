@@ -44,7 +44,7 @@ import numpy
 from . import backend, checks
 from .core import NetVar
 from .dtypes import get_dtype
-from .ops.recurrent import GRU, LSTM, RNN
+from .ops.recurrent import CELLS
 
 
 def _shape(shape, owner):
@@ -184,7 +184,6 @@ def zeros(*shape, seed=None):
     return _param(numpy.zeros(_shape(shape, "zeros")))
 
 
-_RECURRENT = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
 
 
 def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
@@ -195,8 +194,8 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     the cell starts by remembering). ``seed``: None (nnkit's global generator), an int or a
     Generator; W is drawn before R.
     """
-    if cell not in _RECURRENT:
-        raise ValueError(f"recurrent_weights: cell must be one of {sorted(_RECURRENT)}, got "
+    if cell not in CELLS:
+        raise ValueError(f"recurrent_weights: cell must be one of {sorted(CELLS)}, got "
                          f"{cell!r}")
     for name, size in (("inputs", inputs), ("hidden", hidden)):
         checks.count("recurrent_weights", name, size, 1)
@@ -204,7 +203,7 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
         raise ValueError(f"recurrent_weights: forget_bias must be a finite number, got "
                          f"{forget_bias!r}")
     generator = backend.as_generator(seed, "recurrent_weights")
-    op = _RECURRENT[cell]
+    op = CELLS[cell].op
     k = op.gates
     limit = 1 / math.sqrt(hidden)
     W = _uniform((inputs, k * hidden), limit, generator, "recurrent_weights")

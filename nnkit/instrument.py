@@ -3,10 +3,29 @@
 The engine (core.py) calls an attached observer for each op it builds and around each
 ``_back``; this module attaches one only inside ``detect_anomaly()``.
 """
+import weakref
+
 from . import backend, core
-from .core import InplaceEditError, NetVar, _not_nodes
+from .arraylike import not_nodes_error
+from .core import InplaceEditError, NetVar
 
 __all__ = ['AnomalyError', 'detect_anomaly']
+
+
+# The hashes each op built under detect_anomaly() took of its inputs' data (and kept arrays):
+# the checker's own record, by id(node), dropped when the node dies. (Not a WeakKeyDictionary:
+# it compares keys with ==, which for nodes is an elementwise op.)
+_fingerprints = {}
+
+
+def _fingerprint(node):
+    entry = _fingerprints.get(id(node))
+    return entry[1] if entry is not None and entry[0]() is node else None
+
+
+def _keep_fingerprint(node, digest):
+    key = id(node)
+    _fingerprints[key] = (weakref.ref(node, lambda _: _fingerprints.pop(key, None)), digest)
 
 
 class AnomalyError(FloatingPointError):
@@ -35,9 +54,9 @@ class detect_anomaly:
         # what this block took away and added, undone at its exit whatever other blocks did
         # meanwhile (threads, generators end blocks out of order: restoring a saved list
         # left a checker attached for good)
-        removed = [o for o in core._observers if isinstance(o, AnomalyChecker)]
+        removed = [o for o in core.observers if isinstance(o, AnomalyChecker)]
         added = AnomalyChecker() if self.enabled else None
-        core._observers[:] = [o for o in core._observers if o not in removed] + (
+        core.observers[:] = [o for o in core.observers if o not in removed] + (
             [added] if added is not None else [])
         self._saved.append((removed, added))
         return self
@@ -46,8 +65,8 @@ class detect_anomaly:
         removed, added = self._saved.pop()
         if added is not None:
             added.alive = False         # its block is over: no other block brings it back
-        core._observers[:] = [o for o in core._observers if o is not added] + [
-            o for o in removed if o.alive and o not in core._observers]
+        core.observers[:] = [o for o in core.observers if o is not added] + [
+            o for o in removed if o.alive and o not in core.observers]
         return False
 
 
@@ -63,7 +82,7 @@ class AnomalyChecker:
         check_forward(node, parents)
 
     def before(self, node):
-        if getattr(node, "_fingerprint", None) is not None:
+        if _fingerprint(node) is not None:
             check_fingerprint(node)
         _check_stale(node)
 
@@ -99,13 +118,14 @@ def _kept_digest(node):
 
 
 def check_fingerprint(node):
-    for position, (parent, digest) in enumerate(zip(node._parents, node._fingerprint)):
+    fingerprint = _fingerprint(node)
+    for position, (parent, digest) in enumerate(zip(node._parents, fingerprint)):
         if digests((parent,))[0] != digest:
             raise InplaceEditError(
                 f"back(): the data of input {position} of {node._describe()} "
                 f"({parent._describe()}) was edited in place (e.g. x.data[i] = v) after the op "
                 "used it, so its gradient would be wrong (found by detect_anomaly)")
-    if node._fingerprint[len(node._parents):] != _kept_digest(node):
+    if fingerprint[len(node._parents):] != _kept_digest(node):
         raise InplaceEditError(
             f"back(): an array {node._describe()} keeps beside its inputs "
             f"({', '.join(type(node).kept_arrays)}) was edited in place after the op used it, "
@@ -119,15 +139,15 @@ def _shapes(nodes):
 def check_forward(node, parents):
     """Called by NetOp for each op built under detect_anomaly()."""
     if not all(isinstance(p, NetVar) for p in parents):
-        raise _not_nodes(node, parents)
+        raise not_nodes_error(node, parents)
     if node._parents:
-        node._fingerprint = digests(node._parents) + _kept_digest(node)
+        _keep_fingerprint(node, digests(node._parents) + _kept_digest(node))
     if node._data.dtype.kind not in "fc" or not nonfinite(node._data):
         return
     if any(getattr(p, "_data", None) is not None and p._data.dtype.kind in "fc"
            and nonfinite(p._data) for p in parents):
         return      # the NaN came in from an input: the op that made it already raised
-    raise AnomalyError(f"detect_anomaly: forward of {type(node).__name__} #{node._index} "
+    raise AnomalyError(f"detect_anomaly: forward of {type(node).__name__} #{node.index} "
                        f"(inputs of shapes {_shapes(parents)}) produced NaN or Inf")
 
 
@@ -137,7 +157,7 @@ def _check_stale(node):
     for position, parent in enumerate(node._parents):
         if parent._g is not None and parent._g.dtype.kind in "fc" and nonfinite(parent._g):
             raise AnomalyError(
-                f"detect_anomaly: input {position} of {type(node).__name__} #{node._index} "
+                f"detect_anomaly: input {position} of {type(node).__name__} #{node.index} "
                 f"({parent._describe()}) held a NaN or Inf gradient before this backward pass "
                 "reached it: left from an earlier back() or set by hand; reset the gradients "
                 "(optimizer.reset() or x.reset()) before back()")
@@ -149,6 +169,6 @@ def _check_backward(node, parents):
     for position, parent in enumerate(parents):
         if parent._g is not None and parent._g.dtype.kind in "fc" and nonfinite(parent._g):
             raise AnomalyError(
-                f"detect_anomaly: backward of {type(node).__name__} #{node._index} "
+                f"detect_anomaly: backward of {type(node).__name__} #{node.index} "
                 f"(inputs of shapes {_shapes(parents)}) gave a NaN or Inf gradient to input "
                 f"{position}")

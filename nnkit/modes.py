@@ -1,15 +1,25 @@
 """The grad and train modes: ``no_grad``, ``enable_grad``, ``train_mode``, ``eval_mode``.
 
-Each is a context manager (and decorator) that sets one per-thread switch of the engine and
-restores it. The switches themselves live in core.py, which NetOp reads on every op; this module
-only turns them.
+Each is a context manager (and decorator) that sets one per-thread switch and restores it.
+The engine (core.py) reads the switches on every op: ``state.grad`` and ``threads_without_grad``.
 """
 import functools
 import inspect
 import threading
 
-from . import checks, core
+from . import checks
 
+
+class _Modes(threading.local):
+    grad = True       # ops record their parents (no_grad turns it off)
+    train = True      # Dropout / BatchNorm behaviour
+
+
+state = _Modes()      # this thread's modes
+# How many threads have grad mode off. While it is 0, grad mode is on in every thread and NetOp
+# skips the thread-local read (a third of a tiny op's bookkeeping). A list, so that the engine's
+# binding of it sees the live count.
+threads_without_grad = [0]
 _grad_off_lock = threading.Lock()
 
 
@@ -40,7 +50,7 @@ class _Switch:
         return self._local.saved
 
     def __enter__(self):
-        self._saved().append(getattr(core._state, self.attribute))
+        self._saved().append(getattr(state, self.attribute))
         self._set(self.value)
         return self
 
@@ -49,14 +59,14 @@ class _Switch:
         return False
 
     def _set(self, value):
-        """Set this thread's mode; ``core._grad_off`` counts the threads whose grad mode is
-        off, whatever order blocks end in (generators holding blocks across a yield may end
+        """Set this thread's mode; ``threads_without_grad`` counts the threads whose grad mode
+        is off, whatever order blocks end in (generators holding blocks across a yield may end
         them out of order, which a count of blocks would lose)."""
-        before = getattr(core._state, self.attribute)
-        setattr(core._state, self.attribute, value)
+        before = getattr(state, self.attribute)
+        setattr(state, self.attribute, value)
         if self.attribute == "grad" and before != value:
             with _grad_off_lock:
-                core._grad_off += 1 if before else -1
+                threads_without_grad[0] += 1 if before else -1
 
     def __call__(self, function):
         """As a decorator: every call of ``function`` runs inside the switch. A generator
@@ -155,9 +165,9 @@ def eval_mode():
 
 def is_training():
     """True unless this thread is inside ``train_mode(False)`` / ``eval_mode()``."""
-    return core._state.train
+    return state.train
 
 
 def is_grad_enabled():
     """True unless this thread is inside ``no_grad()`` (ops then record no parents)."""
-    return core._state.grad
+    return state.grad

@@ -13,6 +13,7 @@ import re
 from . import core
 from .arraylike import preview
 from .core import NetVar
+from .gradients import hold_gradients, restore_gradients
 
 __all__ = ['Trace', 'TraceStep', 'trace_back']
 
@@ -190,7 +191,7 @@ class Recorder:
         return Trace(self.steps)
 
 
-core._recorder = Recorder     # back(trace=True) records with it (the engine imports no observer)
+core.recorder = Recorder      # back(trace=True) records with it (the engine imports no observer)
 
 
 def trace_back(root, g=None):
@@ -201,25 +202,16 @@ def trace_back(root, g=None):
     """
     if not isinstance(root, NetVar):
         raise TypeError(f"trace_back: root must be a NetVar, got {type(root).__name__}")
-    nodes = reachable(root)
-    saved = [(node, node._g, node._g is not None and node._gshared) for node in nodes]
+    nodes = core.collect((root,), every=True)
+    held = hold_gradients(nodes)
     for node in nodes:
         node._g = None
     try:
         return root.back(g, trace=True)
     finally:
-        for node, gradient, shared in saved:
-            node._g = gradient
-            node._gshared = shared
+        restore_gradients(held)
 
 
 def reachable(root):
     """Every node ``root`` depends on (itself included), in creation order."""
-    seen = {id(root): root}
-    stack = [root]
-    while stack:
-        for parent in stack.pop().parents:
-            if id(parent) not in seen:
-                seen[id(parent)] = parent
-                stack.append(parent)
-    return sorted(seen.values(), key=lambda node: node.index)
+    return core.collect((root,), every=True)[::-1]

@@ -674,7 +674,7 @@ def test_copy_and_pickle_give_a_node_its_own_index_and_data():
 
 
 def test_an_op_class_keeps_its_own_accumulate_and_its_subclasses_inherit_it():
-    # each op class gets a copy of NetVar's accumulate methods (core.own_code), never over
+    # each op class gets a copy of NetVar's accumulate methods (specialize.own_code), never over
     # one the class defines itself
     seen = []
 
@@ -797,3 +797,81 @@ def test_a_gradient_reaching_an_integer_node_is_refused():
     a.requires_grad = True
     with pytest.raises(TypeError, match="back\\(\\): a gradient reached NetVar .* int64 data"):
         (a * 0.5).sum().back()
+
+
+# ---------------------------------------------------------------- several outputs, observers
+
+from nnkit.core import NetOp, Output  # noqa: E402
+
+
+class SquareAndCube(NetOp):
+    """y₀ = x², y₁ = x³ (output 1);  dx = g₀ · 2x + g₁ · 3x² (docs/contributing.md's example)"""
+    n_outputs = 2
+
+    def __new__(cls, x):
+        op = super().__new__(cls)
+        op.__init__(x)
+        return op, Output(op, 1, x.data ** 3)
+
+    def __init__(self, x):
+        super().__init__(x.data ** 2, x)
+
+    def _back(self, x):
+        dx = self.g * 2 * x.data
+        cube = self.output_grads().get(1)          # None when the cube was not used
+        x.accumulate(dx if cube is None else dx + cube * 3 * x.data ** 2)
+
+
+@pytest.mark.parametrize("used", ["both", "square", "cube"])
+def test_an_op_with_two_outputs_gets_each_outputs_gradient(used, rng):
+    x = var64(rng, 2, 3)
+    square, cube = SquareAndCube(x)
+    assert cube.parents == (square,) and square.parents == (x,)
+    loss = {"both": lambda: (square * 2.0).sum() + cube.sum(),
+            "square": lambda: (square * 2.0).sum(),
+            "cube": lambda: cube.sum()}[used]
+    loss().back()
+    expected = {"both": 4 * x.data + 3 * x.data ** 2, "square": 4 * x.data,
+                "cube": 3 * x.data ** 2}[used]
+    np.testing.assert_allclose(x.g, expected, rtol=1e-13)
+    np.testing.assert_allclose(nn.grad(loss(), [x])[0], expected, rtol=1e-13)
+    nn.gradcheck(lambda v: (lambda s, c: s * c + c)(*SquareAndCube(v)), x)
+
+
+def test_a_second_pass_sees_only_its_own_outputs_gradients(rng):
+    # pass 1 uses the cube, pass 2 only the square: nothing of the cube's is left for pass 2
+    x = var64(rng, 2, 3)
+    square, cube = SquareAndCube(x)
+    cube.sum().back()
+    x.reset()
+    square.sum().back()
+    np.testing.assert_allclose(x.g, 2 * x.data, rtol=1e-13)
+
+
+def test_the_observer_of_the_contributing_guide_sees_every_backward_step(rng):
+    from nnkit import core
+
+    class CountSteps:
+        checks_values = False
+
+        def __init__(self):
+            self.counts = {}
+
+        def forward(self, node, parents):
+            pass
+
+        def before(self, node):
+            pass
+
+        def after(self, node):
+            name = type(node).__name__
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    counter = CountSteps()
+    core.observers.append(counter)
+    try:
+        x = var64(rng, 2, 3)
+        (nn.Tanh(x) * x).sum().back()
+    finally:
+        core.observers.remove(counter)
+    assert counter.counts == {"Tanh": 1, "Mul": 1, "Sum": 1}

@@ -1,6 +1,6 @@
 """The engine's fast paths make the same nodes and gradients as the general ones.
 
-``a + b`` (and − × ÷) builds its node with ``object.__new__`` and ``core._link`` instead
+``a + b`` (and − × ÷) builds its node with ``object.__new__`` and ``core.link`` instead
 of running the op's constructor; back() calls ``_back`` with one or two parents spelled out;
 elementwise one-input ops hand their gradient over with ``accumulate_same_shape``, which
 skips the shape and dtype tests. Each test below compares a fast path with the
@@ -140,7 +140,7 @@ def test_operator_built_nodes_count_as_ops_for_graph_collection():
     h = x
     for _ in range(50):
         h = h * x + x
-    nodes = core._reverse_topological(h)
+    nodes = core.collect((h,))
     assert len(nodes) == 100
     assert [n.index for n in nodes] == sorted((n.index for n in nodes), reverse=True)
 

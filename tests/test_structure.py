@@ -16,18 +16,21 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "nnkit"
 LAYERS = [
     ["checks", "hints"],                # argument checks, PyTorch's spellings; import no nnkit
     ["backend"],                        # NumPy / CuPy, devices, random numbers
-    ["dtypes"],                         # the dtype policy
-    ["arraylike"],                      # what a node offers as the array it holds
+    ["dtypes", "modes", "specialize"],  # the dtype policy; grad / train modes; own_code
     ["gradients"],                      # the rules for gradient arrays (unbroadcast, ...)
+    ["arraylike", "nodecopy"],          # a node's array side; copies and pickles of nodes
     ["core"],                           # NetVar, NetOp, back() with its observer slot
-    ["modes"],                          # grad / train modes
     ["module"],                         # Module: parameters, buffers, state, devices
     # ops: the operators' and shape families first, then families that build on them
-    ["ops.arithmetic", "ops.shape"],
+    ["ops.arithmetic", "ops.shape", "ops.recurrent.validation"],
     ["ops.math"],                       # elementwise functions and Where (masks in _grads)
     ["ops.activation", "ops.indexing", "ops.reduce", "ops.loss",
-     "ops.regularization", "ops.normalization", "ops.conv", "ops.recurrent"],
-    ["ops.embedding", "ops.classification", "ops.cells", "ops.einsum", "ops.attention"],
+     "ops.regularization", "ops.normalization", "ops.conv"],
+    ["ops.embedding", "ops.classification", "ops.einsum", "ops.attention",
+     "ops.recurrent.activations"],      # the recurrent family's one activation table
+    ["ops.recurrent.fused", "ops.recurrent.cells"],     # fused RNN/LSTM/GRU; per-step cells
+    ["ops.recurrent.registry"],         # CELLS, and the loop of cells that unrolls a fused op
+    ["ops.recurrent", "ops.cells"],     # the family's package; ops.cells: its old name
     ["ops.surface"],                    # NetVar's operators and methods, over every family
     ["ops"],
     ["autodiff"],                       # grad(): gradients as values, gradients of gradients
@@ -517,3 +520,253 @@ def test_the_layer_rule_checker_names_a_planted_offender(monkeypatch):
     assert "ReLU" in ops_named_as_layers()
     assert [line[:22] for line in layer_rule_offenders() if "ReLU" in line] == [
         "nn.ReLU(4) raised Attr"]
+
+
+# ----------------------------------------------------------------------------- private names
+
+# The op contract's fast slots, read by every op file on every call (core.NetOp's docstring says
+# why: no property call, no copy of a shared gradient), the one helper that names a node in
+# errors, and the contract's second-order rules, which grad(create_graph=True) (autodiff) calls
+# as the engine calls _back. No other private name is read outside the unit that defines it.
+ALLOWED_PRIVATE = {"_data", "_g", "_parents", "_describe", "_grads", "_composite"}
+
+# TEMPORARY: reads in modules another change is rewriting (module.py, nets/, io/, layers/,
+# distributed/), as "path: name". Clear each entry by giving the name a public spelling where it
+# is defined, and the set with it once those modules are merged.
+PENDING = {
+    "nnkit/nets/sequence.py: cell-name table",      # to use nnkit.ops.recurrent.CELLS
+}
+
+
+def unit_of(path, package):
+    """The unit a file belongs to: its top-level package (ops, optim, ...), or the top-level
+    module itself (core, gradients, ...)."""
+    parts = path.relative_to(package).with_suffix("").parts
+    return parts[0]
+
+
+def _private(name):
+    return name.startswith("_") and not name.startswith("__") and name != "_"
+
+
+def _definitions(tree):
+    """The private names a file defines: functions, classes, module names, slots, and
+    attributes it assigns (``obj._x = ...``)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            found.add(node.id if isinstance(node, ast.Name) else node.attr)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            found.update(c.value for c in ast.walk(node.value)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str))
+        elif isinstance(node, ast.alias) and node.asname:
+            found.add(node.asname)
+    return {name for name in found if _private(name)}
+
+
+def _module_of_import(node, name, package, modules):
+    """The module (dotted, relative to the package) an ``ImportFrom`` reads from."""
+    here = [part for part in name.split(".") if part]
+    is_package = modules[name].name == "__init__.py"
+    if node.level:
+        base = here if is_package else here[:-1]
+        base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+        return ".".join([*base, *([node.module] if node.module else [])])
+    top = package.name
+    if node.module == top or (node.module or "").startswith(top + "."):
+        return node.module[len(top) + 1:]
+    return None
+
+
+def private_reads(package, allowed=ALLOWED_PRIVATE):
+    """``(path, line, name, owner)`` for each read of a private name that only another unit
+    defines: ``from x import _name``, ``module._name`` and ``obj._name``."""
+    modules = module_names(package)
+    trees = {name: ast.parse(path.read_text(encoding="utf-8"), str(path))
+             for name, path in modules.items()}
+    units = {name: unit_of(path, package) for name, path in modules.items()}
+    defined = {}                                   # private name -> units defining it
+    for name, tree in trees.items():
+        for private in _definitions(tree):
+            defined.setdefault(private, set()).add(units[name])
+    found = []
+    for name, tree in trees.items():
+        unit, path = units[name], modules[name]
+        imported = {}                              # local name -> the unit of the module it is
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _module_of_import(node, name, package, modules)
+                if source is None:
+                    continue
+                for alias in node.names:
+                    target = f"{source}.{alias.name}" if source else alias.name
+                    if target in modules:          # `from .. import core`: a module
+                        imported[alias.asname or alias.name] = units[target]
+                    elif _private(alias.name) and source in modules and \
+                            units[source] != unit:
+                        found.append((path, node.lineno, alias.name, units[source]))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1 \
+                    and isinstance(node.args[1], ast.Constant):       # getattr(x, "_name")
+                attribute, value = node.args[1].value, node.args[0]
+            elif isinstance(node, ast.Attribute):
+                attribute, value = node.attr, node.value
+            else:
+                continue
+            if not isinstance(attribute, str) or not _private(attribute) or attribute in allowed:
+                continue
+            owner = value.id if isinstance(value, ast.Name) else None
+            if owner in imported:                  # `core._name`, read or written
+                if imported[owner] != unit:
+                    found.append((path, node.lineno, attribute, imported[owner]))
+            elif isinstance(getattr(node, "ctx", ast.Load()), ast.Load) and \
+                    unit not in defined.get(attribute, {unit}):
+                found.append((path, node.lineno, attribute,
+                              ", ".join(sorted(defined[attribute]))))
+    return sorted(found, key=lambda read: (str(read[0]), read[1], read[2]))
+
+
+def _shown(package, reads):
+    return [f"{path.relative_to(package.parent)}:{line} uses {name}, private to "
+            f"{owner}" for path, line, name, owner in reads]
+
+
+def test_no_package_reads_another_packages_private_names():
+    reads = [r for r in private_reads(PACKAGE)
+             if f"{r[0].relative_to(PACKAGE.parent)}: {r[2]}" not in PENDING]
+    assert reads == [], ("private names read outside the package that defines them (give the "
+                         "name a public spelling there, docs/contributing.md 'The engine's "
+                         "interface'):\n" + "\n".join(_shown(PACKAGE, reads)))
+
+
+def test_pending_entries_are_still_there():
+    """An entry of PENDING that no longer matches a finding is stale: remove it."""
+    found = {f"{r[0].relative_to(PACKAGE.parent)}: {r[2]}" for r in private_reads(PACKAGE)}
+    found |= {f"{path}: {kind}" for path, line, kind in second_tables(PACKAGE)}
+    assert PENDING <= found, f"stale PENDING entries: {sorted(PENDING - found)}"
+
+
+def test_private_name_checker_names_the_file_line_and_name(tmp_path):
+    package = write_package(tmp_path, {
+        "core.py": "class Node:\n    __slots__ = ('_data', '_secret')\n\n"
+                   "def _helper():\n    pass\n",
+        "ops/__init__.py": "",
+        "ops/a.py": "from .. import core\nfrom ..core import _helper\n\n"
+                    "def f(x):\n    return x._secret + x._data + core._helper()\n",
+        "ops/b.py": "def g(x):\n    x._mine = 1\n    return x._mine\n",
+        "tool.py": "from . import core\n\ncore._hook = print\n"
+                   "flag = getattr(object(), '_secret', None)\n",
+    })
+    assert _shown(package, private_reads(package, allowed={"_data"})) == [
+        "pkg/ops/a.py:2 uses _helper, private to core",
+        "pkg/ops/a.py:5 uses _helper, private to core",
+        "pkg/ops/a.py:5 uses _secret, private to core",
+        "pkg/tool.py:3 uses _hook, private to core",
+        "pkg/tool.py:4 uses _secret, private to core",
+    ]
+
+
+def test_core_holds_the_engine_in_at_most_400_lines():
+    lines = len((PACKAGE / "core.py").read_text(encoding="utf-8").splitlines())
+    assert lines <= 400, (f"nnkit/core.py has {lines} lines, more than 400: keep NetVar, NetOp "
+                          "and the backward pass there, move the rest to the module it serves")
+
+
+# ----------------------------------------------------------------------------- one of each
+
+# Each table of the recurrent family is written once, where its kind is defined.
+ONE_TABLE = {
+    "cell-name table": ("nnkit/ops/recurrent/registry.py", {"rnn", "lstm", "gru"}),
+    "activation table": ("nnkit/ops/recurrent/activations.py", {"tanh", "sigmoid", "relu"}),
+}
+STABLE_SIGMOID = "nnkit/ops/activation.py"      # the one place that computes σ
+
+
+def second_tables(package):
+    """``(path, line, kind)`` for each dict literal keyed by the recurrent cell names or the
+    activation names outside its one place, and each function computing a sigmoid (a def named
+    *sigmoid* that calls exp) outside ``STABLE_SIGMOID``."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        shown_path = str(path.relative_to(package.parent))
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                if any(isinstance(k, str) and k.startswith("__") for k in keys):
+                    continue                  # a table of dunder methods, not of names
+                for kind, (home, names) in ONE_TABLE.items():
+                    if names <= keys and shown_path != home:
+                        found.append((shown_path, node.lineno, kind))
+            elif isinstance(node, ast.FunctionDef) and "sigmoid" in node.name.lower() and \
+                    shown_path != STABLE_SIGMOID and any(
+                        (isinstance(call.func, ast.Attribute) and call.func.attr == "exp") or
+                        (isinstance(call.func, ast.Name) and call.func.id == "exp")
+                        for call in ast.walk(node) if isinstance(call, ast.Call)):
+                found.append((shown_path, node.lineno, "sigmoid"))
+    return found
+
+
+def test_the_recurrent_tables_and_the_stable_sigmoid_are_written_once():
+    extra = [f"{path}:{line} writes a {kind} of its own (the one is in "
+             f"{ONE_TABLE[kind][0] if kind in ONE_TABLE else STABLE_SIGMOID}: import it)"
+             for path, line, kind in second_tables(PACKAGE) if f"{path}: {kind}" not in PENDING]
+    assert extra == [], "\n".join(extra)
+
+
+def test_the_one_table_checker_names_a_second_table(tmp_path):
+    package = write_package(tmp_path, {
+        "a.py": "CELLS = {'rnn': 1, 'lstm': 2, 'gru': 3}\n"
+                "SURFACE = {'__add__': 1, 'tanh': 2, 'sigmoid': 3, 'relu': 4}\n",
+        "b.py": "import numpy\n\ndef my_sigmoid(x):\n    return 1 / (1 + numpy.exp(-x))\n",
+    })
+    assert second_tables(package) == [("pkg/a.py", 1, "cell-name table"),
+                                      ("pkg/b.py", 3, "sigmoid")]
+
+
+# ----------------------------------------------------------------------------- one graph walk
+
+GRAPH_WALK = "nnkit/core.py"        # core.collect: back(), grad() and the trace use it
+
+
+def graph_walks(package):
+    """``(path, line)`` of each loop over a node's parents that queues the parent it reaches
+    (``for p in node.parents: ... stack.append(p)``): a walk over the graph of its own."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        shown_path = str(path.relative_to(package.parent))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and
+                    isinstance(node.iter, ast.Attribute) and
+                    node.iter.attr in ("parents", "_parents")):
+                continue
+            queued = any(isinstance(call, ast.Call) and isinstance(call.func, (ast.Attribute,
+                                                                              ast.Name))
+                         and any(isinstance(a, ast.Name) and a.id == node.target.id
+                                 for a in call.args)
+                         and (getattr(call.func, "attr", None) or call.func.id) in (
+                             "append", "add", "visit", "extend", "put", "appendleft")
+                         for statement in node.body for call in ast.walk(statement))
+            if queued and shown_path != GRAPH_WALK:
+                found.append((shown_path, node.lineno))
+    return found
+
+
+def test_one_graph_walk():
+    walks = [f"{path}:{line} walks the graph itself: use core.collect (docs/contributing.md, "
+             "'The engine's interface')" for path, line in graph_walks(PACKAGE)]
+    assert walks == [], "\n".join(walks)
+
+
+def test_the_graph_walk_checker_names_a_walk_of_its_own(tmp_path):
+    package = write_package(tmp_path, {
+        "tool.py": "def reach(root):\n    seen, stack = set(), [root]\n    while stack:\n"
+                   "        for p in stack.pop().parents:\n            seen.add(p)\n"
+                   "            stack.append(p)\n    return seen\n",
+        "draw.py": "def edges(node):\n    return [(p, node) for p in node.parents]\n",
+    })
+    assert graph_walks(package) == [("pkg/tool.py", 4)]

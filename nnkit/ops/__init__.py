@@ -4,7 +4,7 @@
 Each family module lists its public names in ``__all__``; they are re-exported here and from
 ``nnkit``.
 """
-from . import (activation, arithmetic, attention, cells, classification, conv, einsum, embedding,
+from . import (activation, arithmetic, attention, classification, conv, einsum, embedding,
                indexing, loss, math, normalization, recurrent, reduce, regularization, shape,
                surface)
 from .arithmetic import *  # noqa: F401,F403
@@ -20,11 +20,10 @@ from .normalization import *  # noqa: F401,F403
 from .embedding import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .recurrent import *  # noqa: F401,F403
-from .cells import *  # noqa: F401,F403
 from .einsum import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 
 __all__ = [name for family in (arithmetic, reduce, shape, indexing, math, activation, loss,
                                classification, regularization, normalization, embedding, conv,
-                               recurrent, cells, einsum, attention)
+                               recurrent, einsum, attention)
            for name in family.__all__]

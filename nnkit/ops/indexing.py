@@ -10,7 +10,7 @@ from numbers import Integral
 import numpy
 
 from .. import backend, checks
-from ..core import NetOp, NetVar, constant
+from ..core import NetOp, NetVar, Output, constant
 from .shape import Reshape, keyword_error, normalize_axis
 
 
@@ -199,35 +199,72 @@ class Stack(NetOp):
                      for i, x in enumerate(xs))
 
 
-def Split(x, sections, axis=0, **keywords):
-    """Split x along ``axis`` into a list of GetItem nodes, as ``numpy.split``.
+class Split(NetOp):
+    """Split x along ``axis`` into parts, as ``numpy.split``: one op with several outputs.
 
     ``sections`` is a number of equal parts, or the indices where the cuts go, sorted and in
     0..n (n the length of the axis). Cuts are not PyTorch's part sizes: ``[1, 3]`` on an axis of
     4 makes three parts, x[:1], x[1:3] and x[3:].
-    yᵢ = x[…, startᵢ:endᵢ, …];  dx gets each gᵢ back in its slice (through GetItem).
+    yᵢ = x[…, startᵢ:endᵢ, …];  dx = [g₀, g₁, …] along axis (zeros for a part not used)
+    ``Split(x, sections)`` returns the tuple of parts: the op node is part 0 and part k ≥ 1 is
+    its output k (``core.Output``), whose gradient the engine hands to this op's ``_back``.
     """
-    if keywords:            # PyTorch's dim= and the like, answered with nnkit's spelling
-        raise keyword_error("Split", keywords)
-    shape = tuple(x.shape)
-    axis = _check_axis("Split", axis, len(shape), shape)
-    n = shape[axis]
-    if checks.is_integer(sections):
-        if sections <= 0 or n % sections:
-            raise ValueError(f"Split: cannot split axis {axis} of length {n} of x of shape "
-                             f"{shape} into {sections} equal parts")
-        cuts = [i * (n // sections) for i in range(1, sections)]
-    else:
-        cuts = list(sections) if isinstance(sections, (tuple, list, numpy.ndarray)) else [None]
-        if not all(checks.is_integer(c) for c in cuts):
-            raise TypeError(f"Split: sections must be a number of parts or a list of cut "
-                            f"indices (ints), got {sections!r}")
-        if any(not 0 <= c <= n for c in cuts) or cuts != sorted(cuts):
-            raise ValueError(f"Split: the cuts {[int(c) for c in cuts]} must be sorted and lie "
-                             f"in 0..{n}, the length of axis {axis} of x of shape {shape}")
-    bounds = [0] + cuts + [n]
-    lead = (slice(None),) * axis
-    return [GetItem(x, lead + (slice(start, end),)) for start, end in zip(bounds, bounds[1:])]
+    __slots__ = ("axis", "bounds")
+
+    def __new__(cls, x=None, sections=None, axis=0, **keywords):    # (x None: unpickling)
+        if keywords:            # PyTorch's dim= and the like, answered with nnkit's spelling
+            raise keyword_error("Split", keywords)
+        if x is None:
+            return object.__new__(cls)
+        shape = tuple(x.shape)
+        axis = _check_axis("Split", axis, len(shape), shape)
+        n = shape[axis]
+        if checks.is_integer(sections):
+            if sections <= 0 or n % sections:
+                raise ValueError(f"Split: cannot split axis {axis} of length {n} of x of shape "
+                                 f"{shape} into {sections} equal parts")
+            cuts = [i * (n // sections) for i in range(1, sections)]
+        else:
+            cuts = list(sections) if isinstance(sections, (tuple, list, numpy.ndarray)) else [None]
+            if not all(checks.is_integer(c) for c in cuts):
+                raise TypeError(f"Split: sections must be a number of parts or a list of cut "
+                                f"indices (ints), got {sections!r}")
+            if any(not 0 <= c <= n for c in cuts) or cuts != sorted(cuts):
+                raise ValueError(f"Split: the cuts {[int(c) for c in cuts]} must be sorted and "
+                                 f"lie in 0..{n}, the length of axis {axis} of x of shape {shape}")
+        x = x if isinstance(x, NetVar) else constant(x)
+        op = object.__new__(cls)
+        op.axis = axis
+        op.bounds = [0] + [int(c) for c in cuts] + [n]
+        parts = [x._data[op._slice(k)] for k in range(op.n_outputs)]
+        NetOp.__init__(op, parts[0], x)
+        return (op,) + tuple(Output(op, k, part) for k, part in enumerate(parts) if k)
+
+    @property
+    def n_outputs(self):
+        return len(self.bounds) - 1
+
+    def _slice(self, k):
+        return (slice(None),) * self.axis + (slice(self.bounds[k], self.bounds[k + 1]),)
+
+    def _back(self, x):
+        handed = self.output_grads()
+        gs = [self._g] + [handed.get(k) for k in range(1, self.n_outputs)]
+        xp = backend.array_module(self._g)
+        if all(g is not None for g in gs):
+            x.accumulate(xp.concatenate(gs, axis=self.axis))
+            return
+        dx = xp.zeros(x._data.shape, dtype=self._data.dtype)
+        for k, g in enumerate(gs):
+            if g is not None:
+                dx[self._slice(k)] = g
+        x.accumulate(dx)
+
+    def _grads(self, gs, x):
+        parts = [g if g is not None else constant(
+            backend.array_module(x._data).zeros(x._data[self._slice(k)].shape, x._data.dtype))
+            for k, g in enumerate(gs)]
+        return (Concat(parts, self.axis),)
 
 
 class Flatten(Reshape):

@@ -13,7 +13,8 @@ import operator
 
 import numpy
 
-from ..core import NetVar, _link, constant, own_code
+from ..core import NetVar, constant, link
+from ..specialize import own_code
 from ..hints import PYTORCH
 from .activation import LogSoftmax, ReLU, Sigmoid, SoftMax, Tanh
 from .arithmetic import Add, Div, Exp, Log, Mul, Multiply, Neg, Pow, RDiv, RSub, Sub, kept
@@ -36,14 +37,14 @@ def _operator(cls):
     The one place where a built-in op does not run its constructor. These operators are the ops
     a chain of tiny steps is made of, and the frames of ``cls(a, b)`` and ``super()`` would be a
     large part of such an op's cost; so the node is made with ``object.__new__`` and filled in
-    by ``core._link``, ``NetOp.__init__``'s bookkeeping with a fixed argument list (the one
+    by ``core.link``, ``NetOp.__init__``'s bookkeeping with a fixed argument list (the one
     place that uses it). A plain operand is kept as the op's ``constant``, as the constructor
     keeps it (``kept``). Anything else, or operands whose data do not combine, go to the
     constructor, which converts them or raises the error naming the op. Each operator runs
-    its own copy of ``apply`` and ``_link`` (``core.own_code``): each copy builds nodes of one
+    its own copy of ``apply`` and ``link`` (``own_code``): each copy builds nodes of one
     class.
     """
-    new, function, link = object.__new__, cls.function, own_code(_link)
+    new, function, fill = object.__new__, cls.function, own_code(link)
 
     def apply(a, b):
         if isinstance(b, NetVar):
@@ -51,7 +52,7 @@ def _operator(cls):
                 y = function(a._data, b._data)
             except (ValueError, TypeError):
                 return cls(a, b)
-            return link(new(cls), y, a, b)
+            return fill(new(cls), y, a, b)
         c = kept(a, b)
         if c is None:
             return cls(a, b)
@@ -61,7 +62,7 @@ def _operator(cls):
             return cls(a, b)
         node = new(cls)
         node.constant = c
-        return link(node, y, a)
+        return fill(node, y, a)
 
     return own_code(apply)
 

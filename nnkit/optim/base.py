@@ -7,6 +7,7 @@ import math
 import numpy
 
 from .. import backend, checks
+from ..arraylike import gradient_only_read
 from ..core import NetVar
 from ..hints import keyword_hint, spelling
 from ..module import Module, watch_replacements
@@ -17,8 +18,7 @@ _ndarray = numpy.ndarray
 def _read_zeros(p):
     """Whether p's gradient is the zeros that reading ``p.g`` made, untouched since: no
     gradient, as for a node that has none."""
-    g = p._g
-    return g is getattr(p, "_gread", None) and not bool(backend.array_module(g).any(g))
+    return gradient_only_read(p)
 
 
 @functools.lru_cache(maxsize=None)
@@ -299,7 +299,7 @@ class Optimizer:
         defaults = current = None
         try:
             for (position, p, group), g in zip(pending, grads):
-                p._g = p._gread = None          # (the zeros a read made are not kept alive)
+                p.reset()                       # (the zeros a read made are not kept alive)
                 if g is None:           # a frozen parameter
                     continue
                 if group is not current:

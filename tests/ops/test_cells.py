@@ -137,3 +137,28 @@ def test_cells_refuse_a_state_tuple_where_one_state_is_expected(rng):
     Wg, Rg, bg = params(rng, "gru")
     with pytest.raises(TypeError, match=r"GRUCell: h must be a NetVar or an array, got tuple"):
         nn.GRUCell(x, nn.LSTMCell(x, h, c, Wl, Rl, bl), Wg, Rg, bg)
+
+
+def test_the_old_module_name_of_the_cells_warns_and_gives_the_same_cells():
+    import importlib
+    import sys
+    sys.modules.pop("nnkit.ops.cells", None)
+    with pytest.warns(DeprecationWarning, match=r"nnkit\.ops\.cells is deprecated: import RNNCell"
+                                                r", LSTMCell and GRUCell from nnkit\.ops\.recurrent"):
+        old = importlib.import_module("nnkit.ops.cells")
+    assert (old.RNNCell, old.LSTMCell, old.GRUCell) == (nn.RNNCell, nn.LSTMCell, nn.GRUCell)
+
+
+@pytest.mark.parametrize("name", ["rnn", "lstm", "gru"])
+def test_the_cell_registry_gives_each_kinds_op_cell_and_sizes(name, rng):
+    from nnkit.ops.recurrent import CELLS
+    entry = CELLS[name]
+    W, R, b = (nn.NetVar(a) for a in nn.recurrent_weights(name, F, H, seed=0))
+    assert W.shape == (F, entry.gates * H) and R.shape == (H, entry.gates * H)
+    x = var64(rng, 1, B, F)
+    op = entry.op(x, W, R, b)
+    h0 = nn.constant(np.zeros((B, H)))
+    step = entry.cell(x[0], h0, h0, W, R, b) if entry.states == 2 else entry.cell(x[0], h0, W, R, b)
+    h = step[0] if entry.states == 2 else step
+    np.testing.assert_allclose(h.data, op.data[0], rtol=1e-12, atol=1e-14)
+    assert sorted(CELLS) == ["gru", "lstm", "rnn"]

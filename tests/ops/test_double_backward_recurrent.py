@@ -45,22 +45,26 @@ def test_unrolled_cells_give_the_fused_values(kind, lengths, state, rng):
         np.testing.assert_allclose(c.data, op.final_c.data, rtol=0, atol=1e-12)
     if lengths is not None:
         assert np.all(y.data[np.arange(T)[:, None] >= np.array(lengths)] == 0)
-    np.testing.assert_array_equal(op._composite(*op.parents).data, y.data)
-    for final in [op.final] + ([op.final_c] if kind == "lstm" else []):
-        rebuilt = final._composite(*final.parents)
-        np.testing.assert_allclose(rebuilt.data, final.data, rtol=0, atol=1e-12)
+    composite = op._composite(*op.parents)      # the LSTM's: its outputs y and final_c
+    if kind == "lstm":
+        composite, c_again = composite
+        np.testing.assert_array_equal(c_again.data, c.data)
+    np.testing.assert_array_equal(composite.data, y.data)
+    rebuilt = op.final._composite(*op.final.parents)    # final_c is the op's output 1: above
+    np.testing.assert_allclose(rebuilt.data, op.final.data, rtol=0, atol=1e-12)
     # NaN padding reaches no gradient through the composite either
     for g in nn.grad(op.sum() * op.sum(), [W, R, b], create_graph=True):
         assert np.isfinite(nn.grad((g * g).sum(), [W])[0]).all()
 
 
-def test_final_c_depends_on_the_inputs_and_final_h_on_the_op(rng):
+def test_final_c_is_the_ops_output_1_and_final_h_a_node_of_its_outputs(rng):
     x = var64(rng, T, B, F)
     W, R, b = params(rng, "lstm")
     h0, c0 = var64(rng, B, H), var64(rng, 1, H)
     op = nn.LSTM(x, W, R, b, h0, c0, lengths=RAGGED)
-    assert op.final.parents == (op,)
-    assert op.final_c.parents == (op, x, W, R, b, h0, c0)
+    assert op.final.parents == (op,) and not isinstance(op.final, nn.core.Output)
+    assert op.final_c.parents == (op,) and isinstance(op.final_c, nn.core.Output)
+    assert op.final_c.k == 1 and op.n_outputs == 2
     # first order through the op's BPTT (the inputs' share comes from the op alone), and the
     # same gradient from the graph of the unrolled cells
     arrays = nn.grad((op.final_c * op.final_c).sum(), [x, W, R, b, h0, c0])

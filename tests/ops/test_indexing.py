@@ -277,3 +277,62 @@ def test_a_tuple_inside_the_index_adds_every_repeat_as_a_list_does(index, expect
     listed = tuple(list(part) if isinstance(part, tuple) else part for part in index)
     first_l, = nn.grad((x[listed] * x[listed]).sum(), [x], create_graph=True)
     np.testing.assert_array_equal(second, nn.grad((first_l * first_l).sum(), [x])[0])
+
+
+# ------------------------------------------------------------------ Split: several outputs
+
+SPLIT_CONSUMERS = {
+    # every part, each weighted differently
+    "all parts": lambda v: nn.Concat([p * float(i + 1) for i, p in
+                                      enumerate(nn.Split(v, [1, 3], axis=1))], 1),
+    # the middle part unused: its slice of dx is zero
+    "unused part": lambda v: (lambda a, b, c: (a * 2.0).sum() + (c * c).sum())(
+        *nn.Split(v, [1, 3], axis=1)),
+    # only a later part used: part 0 (the op node) gets no gradient of its own
+    "only part 2": lambda v: (nn.Split(v, [1, 2], axis=1)[2] ** 2).sum(),
+    # parts of shape (1, 1) and a 0-d result from them
+    "(1, 1) parts": lambda v: (lambda parts: parts[0] * parts[3] + parts[1].sum())(
+        nn.Split(v[:1], 4, axis=1)),
+    # parts broadcast against a wider operand, and against each other
+    "broadcast": lambda v: (lambda a, b: (a * nn.constant(np.arange(6.0).reshape(3, 2))) + b)(
+        *nn.Split(v[:, :2] * 1.0, 2, axis=1)),
+    # one part read by three consumers, another by two
+    "3 consumers": lambda v: (lambda a, b: a * b + a.exp() + (a * 3.0) + b.tanh())(
+        *nn.Split(v, 2, axis=1)),
+}
+
+
+@pytest.mark.parametrize("case", SPLIT_CONSUMERS)
+def test_split_gradients_through_each_kind_of_consumer(case, rng):
+    x = var64(rng, 3, 4)
+    nn.gradcheck(SPLIT_CONSUMERS[case], x)
+    nn.gradgradcheck(SPLIT_CONSUMERS[case], x)
+
+
+def test_split_is_one_node_with_several_outputs(rng):
+    x = var64(rng, 3, 4)
+    parts = nn.Split(x, [1, 3], axis=1)
+    assert isinstance(parts, tuple) and len(parts) == 3
+    assert isinstance(parts[0], nn.Split) and parts[0].parents == (x,)
+    assert all(p.parents == (parts[0],) for p in parts[1:])
+    parts[1].sum().back()                      # only output 1 used
+    np.testing.assert_array_equal(x.g, [[0, 1, 1, 0]] * 3)
+    np.testing.assert_array_equal(parts[0].g, np.zeros((3, 1)))
+    with nn.no_grad():
+        quiet = nn.Split(x, 2, axis=1)
+    assert all(not p.requires_grad and not p.parents for p in quiet)
+
+
+def test_a_split_refused_midway_leaves_no_gradient_for_the_next_pass(rng):
+    # back() through part 1 hands its gradient to the op, then a check before the op's _back
+    # refuses the pass (x holds a NaN gradient from before): the next pass, through part 0
+    # alone, must not find part 1's gradient still handed over
+    x = var64(rng, 2, 4)
+    with nn.detect_anomaly():
+        first, second = nn.Split(x, 2, axis=1)
+        x.g = np.full((2, 4), np.nan)
+        with pytest.raises(nn.AnomalyError, match="held a NaN or Inf gradient before"):
+            ((first * 0.0).sum() + second.sum()).back()
+    x.reset()
+    first.sum().back()
+    np.testing.assert_array_equal(x.g, [[1, 1, 0, 0]] * 2)

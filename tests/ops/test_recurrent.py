@@ -381,6 +381,23 @@ def test_a_pass_refused_midway_leaves_no_final_state_gradient_behind(kind, first
     np.testing.assert_allclose(got, expected, rtol=1e-13)
 
 
+def test_final_c_handed_over_to_a_pass_refused_at_the_op_is_not_kept_for_the_next(rng):
+    # final_c is the LSTM's output 1: the engine hands its gradient to the op, then a check
+    # before the op's BPTT refuses the pass (W holds a NaN gradient from before); the next
+    # pass, through the outputs alone, must not start its BPTT from that final_c gradient
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "lstm")
+    op = fused("lstm", x, W, R, b, lengths=RAGGED)
+    expected, = nn.grad(op.sum(), [W])
+    with nn.detect_anomaly():
+        W.g = np.full(W.shape, np.nan)
+        with pytest.raises(nn.AnomalyError, match="held a NaN or Inf gradient before"):
+            (op.sum() + (op.final_c * 3.0).sum()).back()
+    W.reset()
+    op.sum().back()
+    np.testing.assert_allclose(W.g, expected, rtol=1e-13)
+
+
 def test_a_copied_recurrent_node_hands_out_its_own_final_states():
     # copies kept weak references to the original's final-state nodes: the gradient of
     # deepcopy(op).final went to the original's weights, and pickle failed after .final

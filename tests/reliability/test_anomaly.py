@@ -93,13 +93,13 @@ def test_anomaly_is_a_floating_point_error_and_the_mode_is_restored():
     with pytest.raises(FloatingPointError):
         with nn.detect_anomaly():
             nn.Log(x)
-    assert not core.anomaly_mode() and not core._observers
+    assert not core.anomaly_mode() and not core.observers
     with nn.detect_anomaly():
         with nn.detect_anomaly(False):
             nn.Log(x)                      # switched off inside
         with pytest.raises(nn.AnomalyError):
             nn.Log(x)
-    assert not core.anomaly_mode() and not core._observers
+    assert not core.anomaly_mode() and not core.observers
 
 
 def test_anomaly_with_trace_still_checks():

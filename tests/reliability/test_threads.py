@@ -186,9 +186,9 @@ def test_detect_anomaly_blocks_ended_out_of_order_leave_no_checker_attached():
     next(second)
     for steps in (first, second):
         next(steps, None)
-    assert core._observers == [] and not core.anomaly_mode()
+    assert core.observers == [] and not core.anomaly_mode()
     with nn.detect_anomaly():
         with nn.detect_anomaly(False):
             assert not core.anomaly_mode()
         assert core.anomaly_mode()
-    assert core._observers == []
+    assert core.observers == []

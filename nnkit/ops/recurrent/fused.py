@@ -16,127 +16,18 @@ add nothing to any gradient.
 
 The per-step cells with the same weights (``RNNCell``, ``LSTMCell``, ``GRUCell``) are in
 ``cells``: an unrolled loop of cells gives the fused op's values and gradients. Second
-derivatives (``grad(create_graph=True)``) go through such a loop: ``cells``, which sits above
-this module, attaches it to the fused ops as ``_unrolled`` (see ``_composite``).
+derivatives (``grad(create_graph=True)``) go through such a loop: ``registry``, which sits above
+this module and the cells, attaches it to the fused ops as ``_unrolled`` (see ``_composite``).
 """
 
-__all__ = ['RNN', 'LSTM', 'GRU', 'RecurrentState']
 import weakref
 
 import numpy
 
-from .. import backend, checks, core
-from ..core import NetOp, NetVar, constant
-
-
-# ----------------------------------------------------------------------------- activations
-
-def _sigmoid_(a):
-    """a ← σ(a) in place: 1 / (1 + e⁻ᵃ) for a ≥ 0 and eᵃ / (1 + eᵃ) below, with no overflow and
-    no cancellation ((1 + tanh(a/2)) / 2 lost every digit below a ≈ −17 in float32)."""
-    xp = backend.array_module(a)
-    negative = a < 0
-    xp.abs(a, out=a)
-    xp.negative(a, out=a)
-    xp.exp(a, out=a)                    # e = e^−|a|, in (0, 1]
-    denominator = a + 1
-    xp.copyto(a, 1, where=~negative)    # the numerator: 1 for a ≥ 0, e below
-    a /= denominator
-
-
-def _tanh_(a):
-    backend.array_module(a).tanh(a, out=a)
-
-
-def _relu_(a):
-    backend.array_module(a).maximum(a, 0, out=a)
-
-
-def _linear_(a):
-    pass
-
-
-# f (in place) and f′ written in terms of the output y = f(a)
-_ACTIVATIONS = {
-    'tanh': (_tanh_, lambda y: 1 - y * y),
-    'sigmoid': (_sigmoid_, lambda y: y * (1 - y)),
-    'relu': (_relu_, lambda y: y > 0),
-    'linear': (_linear_, None),
-}
-
-
-# ----------------------------------------------------------------------------- validation
-
-def _shape(array):
-    return tuple(array.shape)
-
-
-def _node(value, op, argument):
-    if value is None or isinstance(value, NetVar):
-        return value
-    if not hasattr(value, "shape"):
-        raise TypeError(f"{op}: {argument} must be a NetVar or an array, got "
-                        f"{type(value).__name__}")
-    return constant(value)
-
-
-def _lengths(op, lengths, T, B):
-    """``lengths`` as a host int64 array (B,), every value in 1..T.
-
-    Integers, in any order; whole floats pass (``NetVar(lengths)`` holds floats), booleans do
-    not.
-    """
-    if lengths is None:
-        return numpy.full(B, T, dtype=numpy.int64)
-    if isinstance(lengths, NetVar):
-        lengths = lengths._data
-    values = numpy.asarray(backend.to_cpu(lengths) if hasattr(lengths, "shape") else lengths)
-    if values.size != B or (values.ndim > 1 and max(values.shape) != values.size):
-        raise ValueError(f"{op}: lengths of shape {_shape(values)} must be (B,) = ({B},) for "
-                         f"x with {B} sequences")
-    values = values.reshape(B)
-    if values.dtype.kind not in "iuf":
-        raise TypeError(f"{op}: lengths must be integers, got {values.dtype} values "
-                        f"{values.tolist()[:8]}")
-    if values.dtype.kind == "f" and not numpy.all(numpy.isfinite(values) &
-                                                  (values == numpy.round(values))):
-        raise ValueError(f"{op}: lengths must be integers, got {values.dtype} values "
-                         f"{values.tolist()[:8]}")
-    values = values.astype(numpy.int64)
-    if B and (values.min() < 1 or values.max() > T):
-        raise ValueError(f"{op}: lengths must lie in 1..T = 1..{T} (x has shape "
-                         f"(T, B, F) with T = {T}), got min {values.min()} and max "
-                         f"{values.max()}")
-    return values
-
-
-def _check_weights(op, k, x, W, R, b, two_biases=False):
-    """The shapes of W (F, k·H), R (H, k·H) and b for x whose last axis is F; returns H.
-
-    b is (k·H,) or (1, k·H), or (2, k·H) = [b_i; b_h] with ``two_biases`` (the GRU). Shared by
-    the fused ops and the cells; errors name the op, the argument and the shapes.
-    """
-    x, W, R, b = (_shape(v) for v in (x, W, R, b))
-    if len(R) != 2 or R[1] != k * R[0]:
-        raise ValueError(f"{op}: R of shape {R} must be (H, {k}·H)")
-    H = R[0]
-    if W != (x[-1], k * H):
-        raise ValueError(f"{op}: W of shape {W} must be (F, {k}·H) = ({x[-1]}, {k * H}) "
-                         f"for x of shape {x} and R of shape {R}")
-    allowed = ((2, k * H),) if two_biases else ((k * H,), (1, k * H))
-    if b not in allowed:
-        raise ValueError(f"{op}: b of shape {b} must be "
-                         f"{' or '.join(str(s) for s in allowed)} for H = {H}")
-    return H
-
-
-def _check_state(op, argument, state, B, H):
-    """A state (h or c) of shape (B, H) or (1, H); None passes."""
-    if state is not None and _shape(state) not in ((B, H), (1, H)):
-        hint = (" (PyTorch's (num_layers, B, H) state: drop its first axis)"
-                if _shape(state)[1:] in ((B, H), (1, H)) else "")
-        raise ValueError(f"{op}: {argument} of shape {_shape(state)} must be (B, H) = "
-                         f"({B}, {H}) or (1, {H}){hint}")
+from ... import backend, checks
+from ...core import NetOp, NetVar, Output, constant
+from .activations import ACTIVATIONS, sigmoid_, tanh_
+from .validation import _check_state, _check_weights, _lengths, _node, _shape
 
 
 # ----------------------------------------------------------------------------- fused ops
@@ -150,8 +41,8 @@ class _Recurrent(NetOp):
     ``offsets[t]:offsets[t] + sizes[t]`` and its rows continue the first ``sizes[t]`` rows of
     step t − 1. Every per-step array (inputs, states, gate values, their gradients) is packed.
     """
-    __slots__ = ("steps", "dense", "rows", "shape3", "order", "sizes", "offsets", "Xp", "initial", "Hp",
-                 "final_position", "_final_refs", "_final_g", "_no_gradient")
+    __slots__ = ("steps", "dense", "rows", "shape3", "order", "sizes", "offsets", "packed_inputs",
+                 "initial", "hidden", "final_position", "_final_refs")
     gates = 1          # k: W is (F, k·H)
     states = 1         # 1 (h) or 2 (h, c)
     two_biases = False     # b is [b_i; b_h] (2, k·H) rather than one (k·H,) bias
@@ -186,24 +77,24 @@ class _Recurrent(NetOp):
         self.dense = int(sorted_lengths[-1]) == T      # no padding: nothing to pack
         if self.dense:
             self.rows = None
-            Xp = xd.reshape(T * B, F)
+            packed_inputs = xd.reshape(T * B, F)
         else:
             t, j = numpy.nonzero(running)
             self.rows = xp.asarray(t * B + order[j])      # packed position -> row of (T·B)
-            Xp = xd.reshape(T * B, F)[self.rows]
+            packed_inputs = xd.reshape(T * B, F)[self.rows]
         self.shape3 = (T, B, F, H)
         self.steps = T              # graph drawings show the op as one box over T steps
         self.order = xp.asarray(order)
         self.sizes, self.offsets = sizes.tolist(), offsets.tolist()
-        self.Xp = Xp
+        self.packed_inputs = packed_inputs
 
-        P = Xp @ Wd                                   # the input projection, all steps at once
-        P += self._input_bias(bd)
-        dtype = P.dtype
+        projected = packed_inputs @ Wd              # the input projection, all steps at once
+        projected += self._input_bias(bd)
+        dtype = projected.dtype
         self.initial = initial = [self._sorted_state(s, B, H, dtype, xp)
                                   for s in (h0, c0)[:self.states]]
-        packed = self._forward(P, Rd, bd, initial, xp)          # packed outputs (N, H)
-        self.Hp = packed
+        packed = self._forward(projected, Rd, bd, initial, xp)      # packed outputs (N, H)
+        self.hidden = packed
 
         # each sequence's final state sits at packed position offsets[L − 1] + (its sorted row)
         last = offsets[sorted_lengths - 1] + numpy.arange(B)
@@ -211,8 +102,6 @@ class _Recurrent(NetOp):
         final_position[order] = last
         self.final_position = xp.asarray(final_position)
         self._final_refs = [None] * self.states
-        self._final_g = [None] * self.states
-        self._no_gradient = None
 
         if self.dense:
             y = packed.reshape(T, B, H)
@@ -281,30 +170,6 @@ class _Recurrent(NetOp):
         """The (B, H) hidden state of each sequence at its own last step (a node)."""
         return self._final(0)
 
-    def _add_final_gradient(self, which, g):
-        """Take the gradient ``g`` of final state ``which`` (from ``RecurrentState._back``).
-
-        h is the outputs at each sequence's last step, so its gradient is added to this node's
-        gradient there (``.g`` and ``grad()`` show it, and the BPTT starts from it). c is not
-        among the outputs: its gradient is kept for this pass's ``_back`` (stamped with the
-        pass, so that one refused before reaching this op leaves nothing for the next).
-        """
-        xp = backend.array_module(self._data)
-        if which == 0:
-            T, B, _, H = self.shape3
-            outputs = xp.zeros((T * B, H), dtype=self._data.dtype)
-            rows = self.final_position if self.dense else self.rows[self.final_position]
-            outputs[rows] = g
-            self.accumulate_same_shape(outputs.reshape(T, B, H))
-            return
-        stamp, old = self._final_g[which] or (None, None)
-        if stamp != core._passes:
-            old = None
-        self._final_g[which] = (core._passes, g if old is None else old + g)
-        if self._g is None:     # only the final c is used: the outputs' gradient is zero
-            self._no_gradient = xp.broadcast_to(xp.zeros((), self._data.dtype), self._data.shape)
-            self.accumulate(self._no_gradient)
-
     def _sequence_lengths(self):
         """Each sequence's length (host int64 (B,)), read back from the sorted layout: sorted
         row j runs at step t while j < sizes[t]."""
@@ -324,18 +189,19 @@ class _Recurrent(NetOp):
     def _back(self, x, W, R, b, *initial):
         xp = backend.array_module(self._data)
         T, B, F, H = self.shape3
-        if self._g is self._no_gradient:
-            G = xp.zeros_like(self.Hp)             # only the final states got a gradient
-        elif self.dense:
+        if self.dense:
             G = self._g.reshape(T * B, H).copy()
         else:
             G = self._g.reshape(T * B, H)[self.rows]
-        carries = []            # h's final gradient is in G already; c's was handed aside
-        for which in range(self.states):
-            stamp, gT = self._final_g[which] or (None, None)
-            self._final_g[which] = None
-            carries.append(xp.zeros((B, H), G.dtype) if gT is None or stamp != core._passes
-                           else xp.asarray(gT[self.order], dtype=G.dtype))
+        # the carries BPTT starts from: zeros for h (final h's gradient is in G already, at each
+        # sequence's last step) and c's final gradient, handed over by the engine (final_c is
+        # output 1), in the sorted order; a sequence's row is untouched until its last step
+        handed = self.output_grads()
+        carries = [xp.zeros((B, H), G.dtype)]
+        if self.states == 2:
+            gc = handed.get(1)
+            carries.append(xp.zeros((B, H), G.dtype) if gc is None
+                           else xp.asarray(gc[self.order], dtype=G.dtype))
         dA, dAh = self._bptt(G, R._data, carries, xp)
         # dA: gradient of the input pre-activations (x·W + b); dAh: of the recurrent ones
         if x.requires_grad:
@@ -347,11 +213,11 @@ class _Recurrent(NetOp):
                 dx[self.rows] = dXp
                 x.accumulate(dx.reshape(T, B, F))
         if W.requires_grad:
-            W.accumulate(self.Xp.T @ dA)
+            W.accumulate(self.packed_inputs.T @ dA)
         if b.requires_grad:
             b.accumulate(self._bias_gradient(dA, dAh).reshape(b._data.shape))
         if R.requires_grad:
-            R.accumulate(self._shifted(self.Hp, self.initial[0]).T @ dAh)
+            R.accumulate(self._shifted(self.hidden, self.initial[0]).T @ dAh)
         inverse = xp.empty_like(self.order)
         inverse[self.order] = xp.arange(B)
         for state, carry in zip(initial, carries):
@@ -366,16 +232,24 @@ class RecurrentState(NetOp):
     """The final state of a fused recurrent op: row b is the state after step lengths[b] − 1.
 
     y = h_{L_b − 1}[b]  (or c for an LSTM's ``final_c``), shape (B, H)
-    d(op) = g at (L_b − 1, b) for h (so the op's ``.g`` holds it); for c, g is added to that
-    step's cell-state gradient inside the op's BPTT
-    Get it as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
-    h is the op's output at each sequence's last step, so ``final``'s one parent is the op. c is
-    not among the outputs: ``final_c``'s parents are the op and the op's inputs, so that its
-    second derivatives reach them (through the LSTM's cells, ``_composite``).
+    d(op) = g at (L_b − 1, b) for h: h is the op's output at each sequence's last step, so
+    ``final``'s one parent is the op and its gradient lands in the op's ``.g``. c is not among
+    the outputs: ``final_c`` is the op's output 1 (a ``FinalCellState``, an engine ``Output``),
+    whose gradient the engine hands to the op's BPTT.
+    Get them as ``op.final`` / ``op.final_c``; the same node is returned while it is alive.
     """
-    __slots__ = ("which",)
+    __slots__ = ()
+    which = 0
+
+    def __new__(cls, op=None, which=0):       # (op None: unpickling)
+        return object.__new__(FinalCellState if cls is RecurrentState and which == 1 else cls)
 
     def __init__(self, op, which=0):
+        self._check(op, which)
+        super().__init__(op.hidden[op.final_position], op)
+
+    @staticmethod
+    def _check(op, which):
         if not isinstance(op, _Recurrent):
             raise TypeError(f"RecurrentState: op must be an RNN, LSTM or GRU node, got "
                             f"{type(op).__name__}")
@@ -385,20 +259,28 @@ class RecurrentState(NetOp):
         if which not in range(op.states):
             raise ValueError(f"RecurrentState: {type(op).__name__} has {op.states} final "
                              f"state(s), no state {which!r}")
-        self.which = which
-        if which:
-            super().__init__(op.Cp[op.final_position], op, *op._parents)
-        else:
-            super().__init__(op.Hp[op.final_position], op)
 
-    def _back(self, op, *inputs):
-        op._add_final_gradient(self.which, self._g)     # the inputs' share comes from the op
+    def _back(self, op):
+        xp = backend.array_module(self._data)
+        T, B, _, H = op.shape3
+        outputs = xp.zeros((T * B, H), dtype=op._data.dtype)
+        outputs[op.final_position if op.dense else op.rows[op.final_position]] = self._g
+        op.accumulate_same_shape(outputs.reshape(T, B, H))
 
-    def _composite(self, op, *inputs):
-        if self.which:                  # c, rebuilt from the op's inputs
-            return op._unrolled(*inputs)[2]
+    def _composite(self, op):
         last = op._sequence_lengths() - 1       # h, picked from the op's outputs
         return op[last, numpy.arange(len(last))]
+
+
+class FinalCellState(Output, RecurrentState):
+    """An LSTM's final cell state, ``op.final_c``: the op's output 1 (see RecurrentState)."""
+    __slots__ = ()
+    which = 1
+    _composite = None       # differentiated twice through the op's composite, as its output 1
+
+    def __init__(self, op, which=1):
+        self._check(op, which)
+        Output.__init__(self, op, 1, op.cell_states[op.final_position])
 
 
 class RNN(_Recurrent):
@@ -415,34 +297,34 @@ class RNN(_Recurrent):
     R = weight_hh_l0ᵀ, b = bias_ih_l0 + bias_hh_l0 (``nonlinearity`` = activation).
     """
     __slots__ = ("activation",)
-    activations = tuple(sorted(_ACTIVATIONS))     # the names ``activation`` accepts
+    activations = tuple(sorted(ACTIVATIONS))     # the names ``activation`` accepts
 
     def __init__(self, x, W, R, b, h0=None, lengths=None, activation='tanh'):
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"RNN: activation must be one of {sorted(_ACTIVATIONS)}, got "
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"RNN: activation must be one of {sorted(ACTIVATIONS)}, got "
                              f"{activation!r}")
         self.activation = activation
         super().__init__(x, W, R, b, h0=h0, lengths=lengths)
 
-    def _forward(self, P, R, b, initial, xp):
-        f = _ACTIVATIONS[self.activation][0]
+    def _forward(self, projected, R, b, initial, xp):
+        f = ACTIVATIONS[self.activation][0]
         h0 = initial[0]
         for t, s, n in self._steps():
-            a = P[s:s + n]                             # becomes y_t in place
-            a += self._previous(P, h0, t, n) @ R
+            a = projected[s:s + n]                     # becomes y_t in place
+            a += self._previous(projected, h0, t, n) @ R
             f(a)
-        return P
+        return projected
 
     def _bptt(self, G, R, carries, xp):
-        derivative = _ACTIVATIONS[self.activation][1]
+        derivative = ACTIVATIONS[self.activation][1]
         dh = carries[0]
         RT = R.T
-        Y = self.Hp
+        outputs = self.hidden
         for t, s, n in self._steps(backward=True):
             da = G[s:s + n]                            # becomes da_t in place
             da += dh[:n]
             if derivative is not None:
-                da *= derivative(Y[s:s + n])
+                da *= derivative(outputs[s:s + n])
             xp.matmul(da, RT, out=dh[:n])
         return G, G
 
@@ -462,9 +344,10 @@ class LSTM(_Recurrent):
     its own last step. PyTorch ``nn.LSTM``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ,
     b = bias_ih_l0 + bias_hh_l0 (a forget-gate bias of 1 is b[H:2H] = 1).
     """
-    __slots__ = ("Cp", "TCp", "Zp")
+    __slots__ = ("cell_states", "tanh_cells", "gate_values")
     gates = 4
     states = 2
+    n_outputs = 2       # y and, as output 1, final_c
 
     def __init__(self, x, W, R, b, h0=None, c0=None, lengths=None):
         super().__init__(x, W, R, b, h0=h0, c0=c0, lengths=lengths)
@@ -474,45 +357,49 @@ class LSTM(_Recurrent):
         """The (B, H) cell state of each sequence at its own last step (a node)."""
         return self._final(1)
 
-    def _forward(self, P, R, b, initial, xp):
+    def _composite(self, x, W, R, b, h0, c0):
+        y, _, c = self._unrolled(x, W, R, b, h0, c0)
+        return y, c
+
+    def _forward(self, projected, R, b, initial, xp):
         H = R.shape[0]
         h0, c0 = initial
-        N = P.shape[0]
-        self.Cp = C = xp.empty((N, H), P.dtype)
-        self.TCp = TC = xp.empty((N, H), P.dtype)
-        Y = xp.empty((N, H), P.dtype)
+        N = projected.shape[0]
+        self.cell_states = cells = xp.empty((N, H), projected.dtype)
+        self.tanh_cells = tanh_cells = xp.empty((N, H), projected.dtype)
+        outputs = xp.empty((N, H), projected.dtype)
         for t, s, n in self._steps():
-            z = P[s:s + n]                             # becomes [i f g o] in place
-            z += self._previous(Y, h0, t, n) @ R
-            _sigmoid_(z[:, :2 * H])
-            _tanh_(z[:, 2 * H:3 * H])
-            _sigmoid_(z[:, 3 * H:])
-            c = C[s:s + n]
-            xp.multiply(z[:, H:2 * H], self._previous(C, c0, t, n), out=c)
+            z = projected[s:s + n]                     # becomes [i f g o] in place
+            z += self._previous(outputs, h0, t, n) @ R
+            sigmoid_(z[:, :2 * H])
+            tanh_(z[:, 2 * H:3 * H])
+            sigmoid_(z[:, 3 * H:])
+            c = cells[s:s + n]
+            xp.multiply(z[:, H:2 * H], self._previous(cells, c0, t, n), out=c)
             c += z[:, :H] * z[:, 2 * H:3 * H]
-            xp.tanh(c, out=TC[s:s + n])
-            xp.multiply(z[:, 3 * H:], TC[s:s + n], out=Y[s:s + n])
-        self.Zp = P
-        return Y
+            xp.tanh(c, out=tanh_cells[s:s + n])
+            xp.multiply(z[:, 3 * H:], tanh_cells[s:s + n], out=outputs[s:s + n])
+        self.gate_values = projected
+        return outputs
 
     def _bptt(self, G, R, carries, xp):
         H = R.shape[0]
         dh, dc = carries
         RT = R.T
-        Z, C, TC = self.Zp, self.Cp, self.TCp
+        gate_values, cells, tanh_cells = self.gate_values, self.cell_states, self.tanh_cells
         c0 = self.initial[1]
-        dZ = xp.empty_like(Z)
+        dZ = xp.empty_like(gate_values)
         for t, s, n in self._steps(backward=True):
-            z = Z[s:s + n]
-            i, f, g, o = z[:, :H], z[:, H:2 * H], z[:, 2 * H:3 * H], z[:, 3 * H:]
-            tc = TC[s:s + n]
+            step = gate_values[s:s + n]
+            i, f, g, o = step[:, :H], step[:, H:2 * H], step[:, 2 * H:3 * H], step[:, 3 * H:]
+            tc = tanh_cells[s:s + n]
             dht = G[s:s + n]
             dht += dh[:n]
             dct = dc[:n]
             dct += dht * o * (1 - tc * tc)
             dz = dZ[s:s + n]
             xp.multiply(dct * g, i * (1 - i), out=dz[:, :H])
-            xp.multiply(dct * self._previous(C, c0, t, n), f * (1 - f), out=dz[:, H:2 * H])
+            xp.multiply(dct * self._previous(cells, c0, t, n), f * (1 - f), out=dz[:, H:2 * H])
             xp.multiply(dct * i, 1 - g * g, out=dz[:, 2 * H:3 * H])
             xp.multiply(dht * tc, o * (1 - o), out=dz[:, 3 * H:])
             dct *= f
@@ -534,7 +421,7 @@ class GRU(_Recurrent):
     h_{t−1}·R_n + b_h,n, so the two biases differ); h0 (B, H) or (1, H); lengths (B,).
     PyTorch ``nn.GRU``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ, b = stack([bias_ih_l0, bias_hh_l0]).
     """
-    __slots__ = ("Un", "Zp")
+    __slots__ = ("recurrent_share", "gate_values")
     gates = 3
     two_biases = True
 
@@ -547,55 +434,56 @@ class GRU(_Recurrent):
     def _bias_gradient(self, dA, dAh):
         return backend.array_module(dA).stack((dA.sum(axis=0), dAh.sum(axis=0)))
 
-    def _forward(self, P, R, b, initial, xp):
+    def _forward(self, projected, R, b, initial, xp):
         H = R.shape[0]
         h0 = initial[0]
         bh = b[1]
-        N = P.shape[0]
-        self.Un = Un = xp.empty((N, H), P.dtype)      # u_n = h_{t−1}·R_n + b_h,n
-        Y = xp.empty((N, H), P.dtype)
+        N = projected.shape[0]
+        # u_n = h_{t−1}·R_n + b_h,n: the recurrent share of the candidate, which r scales
+        self.recurrent_share = recurrent_share = xp.empty((N, H), projected.dtype)
+        outputs = xp.empty((N, H), projected.dtype)
         for t, s, n in self._steps():
-            a = P[s:s + n]                             # becomes [r z n] in place
-            h = self._previous(Y, h0, t, n)
+            a = projected[s:s + n]                     # becomes [r z n] in place
+            h = self._previous(outputs, h0, t, n)
             u = h @ R
             u += bh
             rz = a[:, :2 * H]
             rz += u[:, :2 * H]
-            _sigmoid_(rz)
-            Un[s:s + n] = u[:, 2 * H:]
+            sigmoid_(rz)
+            recurrent_share[s:s + n] = u[:, 2 * H:]
             candidate = a[:, 2 * H:]
-            candidate += a[:, :H] * Un[s:s + n]
-            _tanh_(candidate)
-            y = Y[s:s + n]
+            candidate += a[:, :H] * recurrent_share[s:s + n]
+            tanh_(candidate)
+            y = outputs[s:s + n]
             xp.subtract(h, candidate, out=y)
             y *= a[:, H:2 * H]
             y += candidate
-        self.Zp = P
-        return Y
+        self.gate_values = projected
+        return outputs
 
     def _bptt(self, G, R, carries, xp):
         H = R.shape[0]
         dh = carries[0]
         RT = R.T
-        Z, Un, Y = self.Zp, self.Un, self.Hp
+        gate_values, recurrent_share, outputs = self.gate_values, self.recurrent_share, self.hidden
         h0 = self.initial[0]
-        dA = xp.empty_like(Z)
-        dU = xp.empty_like(Z)
+        dA = xp.empty_like(gate_values)
+        dU = xp.empty_like(gate_values)
         for t, s, n in self._steps(backward=True):
-            z = Z[s:s + n]
-            r, u, c = z[:, :H], z[:, H:2 * H], z[:, 2 * H:]
+            step = gate_values[s:s + n]
+            r, z, candidate = step[:, :H], step[:, H:2 * H], step[:, 2 * H:]
             dht = G[s:s + n]
             dht += dh[:n]
             da = dA[s:s + n]
             du = dU[s:s + n]
             dn = da[:, 2 * H:]
-            xp.multiply(dht * (1 - u), 1 - c * c, out=dn)
-            xp.multiply(dht * (self._previous(Y, h0, t, n) - c), u * (1 - u),
+            xp.multiply(dht * (1 - z), 1 - candidate * candidate, out=dn)
+            xp.multiply(dht * (self._previous(outputs, h0, t, n) - candidate), z * (1 - z),
                         out=da[:, H:2 * H])
-            xp.multiply(dn * Un[s:s + n], r * (1 - r), out=da[:, :H])
+            xp.multiply(dn * recurrent_share[s:s + n], r * (1 - r), out=da[:, :H])
             du[:, :2 * H] = da[:, :2 * H]
             xp.multiply(dn, r, out=du[:, 2 * H:])
             carry = du @ RT
-            carry += dht * u
+            carry += dht * z
             dh[:n] = carry
         return dA, dU
