@@ -271,6 +271,21 @@ def _isinstance_names(node):
     return set()
 
 
+def _calls_itself(call, name):
+    """Whether ``call`` calls a function named ``name`` as itself: ``name(...)`` or
+    ``value.name(...)``, but not a base class's method of that name (``object.__new__``,
+    ``NetOp.__init__``, ``super().__init__``)."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id == name
+    if not isinstance(func, ast.Attribute) or func.attr != name:
+        return False
+    owner = func.value
+    if isinstance(owner, ast.Name) and (owner.id == "object" or owner.id[:1].isupper()):
+        return False
+    return not (isinstance(owner, ast.Call) and getattr(owner.func, "id", None) == "super")
+
+
 def recursive_walkers(package):
     """``path:qualified.name`` of every function of ``package`` that calls itself (as a
     function or as a method of another object) and checks values against containers and
@@ -282,8 +297,7 @@ def recursive_walkers(package):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 name = f"{prefix}{child.name}"
                 calls = [n for n in ast.walk(child) if isinstance(n, ast.Call)]
-                recursive = any(getattr(call.func, "id", getattr(call.func, "attr", None))
-                                == child.name for call in calls)
+                recursive = any(_calls_itself(call, child.name) for call in calls)
                 checked = set().union(*(_isinstance_names(call.args[1]) for call in calls
                                         if getattr(call.func, "id", None) == "isinstance"
                                         and len(call.args) == 2))
@@ -450,11 +464,6 @@ def test_submodules_stay_importable():
 # An op that shares its name with a layer (nn.Conv2D and nn.layers.Conv2D), called the way its
 # layer is, raises a TypeError naming the layer (hints.refuse_layer_calls, one line in the op).
 
-# The recurrent ops, whose module is moving into a package: each gets the line
-#     __new__ = refuse_layer_calls("LSTM")
-# in its class (from ..hints import refuse_layer_calls); then remove it from here.
-PENDING_LAYER_RULE = {"RNN", "LSTM", "GRU"}
-
 
 def layer_call(layer):
     """Arguments calling ``layer`` the simplest way: 4 for each required argument (the first
@@ -500,12 +509,7 @@ def layer_rule_offenders():
 def test_an_op_called_as_its_layer_names_the_layer():
     assert len(ops_named_as_layers()) >= 8
     offenders = layer_rule_offenders()
-    pending = {line.split("(")[0][3:] for line in offenders} & PENDING_LAYER_RULE
-    done = PENDING_LAYER_RULE - pending
-    assert not done, f"{sorted(done)} follow the op/layer naming rule now: remove them from " \
-                     "PENDING_LAYER_RULE in tests/test_structure.py"
-    others = [line for line in offenders if line.split("(")[0][3:] not in PENDING_LAYER_RULE]
-    assert others == [], "\n".join(others)
+    assert offenders == [], "\n".join(offenders)
 
 
 def test_the_layer_rule_checker_names_a_planted_offender(monkeypatch):
@@ -529,13 +533,6 @@ def test_the_layer_rule_checker_names_a_planted_offender(monkeypatch):
 # errors, and the contract's second-order rules, which grad(create_graph=True) (autodiff) calls
 # as the engine calls _back. No other private name is read outside the unit that defines it.
 ALLOWED_PRIVATE = {"_data", "_g", "_parents", "_describe", "_grads", "_composite"}
-
-# TEMPORARY: reads in modules another change is rewriting (module.py, nets/, io/, layers/,
-# distributed/), as "path: name". Clear each entry by giving the name a public spelling where it
-# is defined, and the set with it once those modules are merged.
-PENDING = {
-    "nnkit/nets/sequence.py: cell-name table",      # to use nnkit.ops.recurrent.CELLS
-}
 
 
 def unit_of(path, package):
@@ -636,18 +633,12 @@ def _shown(package, reads):
 
 
 def test_no_package_reads_another_packages_private_names():
-    reads = [r for r in private_reads(PACKAGE)
-             if f"{r[0].relative_to(PACKAGE.parent)}: {r[2]}" not in PENDING]
+    reads = private_reads(PACKAGE)
     assert reads == [], ("private names read outside the package that defines them (give the "
                          "name a public spelling there, docs/contributing.md 'The engine's "
                          "interface'):\n" + "\n".join(_shown(PACKAGE, reads)))
 
 
-def test_pending_entries_are_still_there():
-    """An entry of PENDING that no longer matches a finding is stale: remove it."""
-    found = {f"{r[0].relative_to(PACKAGE.parent)}: {r[2]}" for r in private_reads(PACKAGE)}
-    found |= {f"{path}: {kind}" for path, line, kind in second_tables(PACKAGE)}
-    assert PENDING <= found, f"stale PENDING entries: {sorted(PENDING - found)}"
 
 
 def test_private_name_checker_names_the_file_line_and_name(tmp_path):
@@ -714,7 +705,7 @@ def second_tables(package):
 def test_the_recurrent_tables_and_the_stable_sigmoid_are_written_once():
     extra = [f"{path}:{line} writes a {kind} of its own (the one is in "
              f"{ONE_TABLE[kind][0] if kind in ONE_TABLE else STABLE_SIGMOID}: import it)"
-             for path, line, kind in second_tables(PACKAGE) if f"{path}: {kind}" not in PENDING]
+             for path, line, kind in second_tables(PACKAGE)]
     assert extra == [], "\n".join(extra)
 
 

@@ -5,13 +5,12 @@ import warnings
 
 import numpy
 
-from .. import backend, checks
+from .. import backend, checks, layers
 from ..core import NetVar
-from ..layers import GRU, LSTM, RNN, Embedding, Linear
+from ..layers import RNN, Embedding, Linear
 from ..layers.common import described
 from ..module import Module
-
-_LAYERS = {'rnn': RNN, 'lstm': LSTM, 'gru': GRU}
+from ..ops.recurrent import CELLS
 
 
 class SequenceModel(Module):
@@ -45,8 +44,8 @@ class SequenceModel(Module):
 
     def __init__(self, inputs, hidden, outputs, cell='lstm', per_step=True, embedding=None,
                  activation='tanh', seed=None):
-        if cell not in _LAYERS:
-            raise ValueError(f"SequenceModel: cell must be one of {sorted(_LAYERS)}, got {cell!r}")
+        if cell not in CELLS:
+            raise ValueError(f"SequenceModel: cell must be one of {sorted(CELLS)}, got {cell!r}")
         for name, size in (("inputs", inputs), ("hidden", hidden), ("outputs", outputs)):
             checks.count("SequenceModel", name, size, 1)
         if embedding is not None:
@@ -66,7 +65,8 @@ class SequenceModel(Module):
         if cell == 'rnn':
             self.rnn = RNN(features, hidden, activation, seed=generator)
         else:
-            self.rnn = _LAYERS[cell](features, hidden, seed=generator)
+            # the layer of a cell's op has the op's name (nn.LSTM the op, nn.layers.LSTM the layer)
+            self.rnn = getattr(layers, CELLS[cell].op.__name__)(features, hidden, seed=generator)
         self.head = Linear(hidden, outputs, seed=generator)
         self.recurrent = None       # the recurrent layer's output of the last call
         self.output = None
@@ -76,7 +76,7 @@ class SequenceModel(Module):
         """The final states of the last call, ``(h,)`` or ``(h, c)``: (B, H) nodes."""
         if self.recurrent is None:
             raise RuntimeError("SequenceModel.final_state: call the model on a batch first")
-        if self.cell == 'lstm':
+        if CELLS[self.cell].states == 2:
             return self.recurrent.final, self.recurrent.final_c
         return (self.recurrent.final,)
 
@@ -101,16 +101,17 @@ class SequenceModel(Module):
         """``state`` as the tuple of initial states of the cell, each checked against (B, H)."""
         if state is None:
             return ()
-        names = "(h, c)" if self.cell == 'lstm' else "(h,) or h"
+        count = CELLS[self.cell].states
+        names = "(h, c)" if count == 2 else "(h,) or h"
         B, H = numpy.shape(x._data if isinstance(x, NetVar) else x)[1], self.rnn.hidden
         expected = (f"SequenceModel(cell='{self.cell}'): state must be {names}, each of shape "
                     f"(B, H) = ({B}, {H}) or (1, {H})")
-        if self.cell != 'lstm' and hasattr(state, "shape"):
+        if count == 1 and hasattr(state, "shape"):
             state = (state,)          # a bare h, as PyTorch's RNN and GRU take it
         if not isinstance(state, (tuple, list)) or not all(hasattr(s, "shape") for s in state):
             raise TypeError(f"{expected}; got {described(state)}")
         shapes = [tuple(s.shape) for s in state]
-        if len(state) != (2 if self.cell == 'lstm' else 1) or any(
+        if len(state) != count or any(
                 s not in ((B, H), (1, H)) for s in shapes):
             raise ValueError(f"{expected}; got {len(state)} state(s) of shape(s) "
                              f"{', '.join(map(str, shapes)) or 'none'}")

@@ -26,6 +26,7 @@ import numpy
 
 from ... import backend, checks
 from ...core import NetOp, NetVar, Output, constant
+from ...hints import refuse_layer_calls
 from .activations import ACTIVATIONS, sigmoid_, tanh_
 from .validation import _check_state, _check_weights, _lengths, _node, _shape
 
@@ -296,6 +297,7 @@ class RNN(_Recurrent):
     each sequence at its own last step. PyTorch ``nn.RNN``: W = weight_ih_l0ᵀ,
     R = weight_hh_l0ᵀ, b = bias_ih_l0 + bias_hh_l0 (``nonlinearity`` = activation).
     """
+    __new__ = refuse_layer_calls("RNN")   # nn.RNN(16) names nn.layers.RNN
     __slots__ = ("activation",)
     activations = tuple(sorted(ACTIVATIONS))     # the names ``activation`` accepts
 
@@ -344,6 +346,7 @@ class LSTM(_Recurrent):
     its own last step. PyTorch ``nn.LSTM``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ,
     b = bias_ih_l0 + bias_hh_l0 (a forget-gate bias of 1 is b[H:2H] = 1).
     """
+    __new__ = refuse_layer_calls("LSTM")   # nn.LSTM(16) names nn.layers.LSTM
     __slots__ = ("cell_states", "tanh_cells", "gate_values")
     gates = 4
     states = 2
@@ -421,6 +424,7 @@ class GRU(_Recurrent):
     h_{t−1}·R_n + b_h,n, so the two biases differ); h0 (B, H) or (1, H); lengths (B,).
     PyTorch ``nn.GRU``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ, b = stack([bias_ih_l0, bias_hh_l0]).
     """
+    __new__ = refuse_layer_calls("GRU")   # nn.GRU(16) names nn.layers.GRU
     __slots__ = ("recurrent_share", "gate_values")
     gates = 3
     two_biases = True
