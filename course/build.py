@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import sys
 import time
 
@@ -43,9 +44,10 @@ def notebook(path):
 
 
 def fingerprint(path):
-    """A hash of the chapter text and of nnkit's sources: an executed notebook with the same
-    fingerprint shows what the chapter shows today."""
+    """A hash of the chapter text, of nnkit's sources and of whether Graphviz draws pictures: an
+    executed notebook with the same fingerprint shows what the chapter shows today."""
     digest = hashlib.sha256(pathlib.Path(path).read_bytes())
+    digest.update(b"dot" if shutil.which("dot") else b"no dot")
     for source in sorted((ROOT / "nnkit").rglob("*.py")):
         digest.update(source.relative_to(ROOT).as_posix().encode())
         digest.update(source.read_bytes())
