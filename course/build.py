@@ -54,9 +54,9 @@ def fingerprint(path):
     return digest.hexdigest()
 
 
-def execute(path, timeout=TIMEOUT):
+def execute(path, timeout=TIMEOUT, build=BUILD):
     """Run the chapter top to bottom in a fresh kernel that imports this checkout's nnkit;
-    write the executed notebook to course/_build/NAME.ipynb and return it. A cell that raises
+    write the executed notebook to ``build``/NAME.ipynb (course/_build) and return it. A cell that raises
     raises nbclient's CellExecutionError, naming the cell and showing its traceback."""
     import nbclient
     import nbformat
@@ -76,8 +76,9 @@ def execute(path, timeout=TIMEOUT):
         else:
             os.environ["PYTHONPATH"] = previous
     nb.metadata["nnkit_course"] = {"fingerprint": fingerprint(path), "seconds": round(seconds, 2)}
-    BUILD.mkdir(exist_ok=True)
-    nbformat.write(nb, BUILD / f"{path.stem}.ipynb")
+    build = pathlib.Path(build)
+    build.mkdir(exist_ok=True)
+    nbformat.write(nb, build / f"{path.stem}.ipynb")
     return nb
 
 
