@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 1. Values, nodes and the graph
+# # Chapter 1: Values, nodes and the graph
 #
 # A neural network is a function built from small pieces, and backpropagation is the chain rule
 # applied to those pieces in the right order. In this chapter you build the NNKit article's

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 2. Writing an op
+# # Chapter 2: Writing an op
 #
 # Every op in nnkit is written the same way, built-in or yours: the forward computation in the
 # constructor, the backward rule in `_back`, and the formulas in the docstring. In this chapter

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 3. Why the order matters
+# # Chapter 3: Why the order matters
 #
 # Chapter 1 said `back()` runs every op's rule "once, children before parents". This chapter
 # shows why both halves of that sentence matter. You write the backward pass the obvious way, a
@@ -72,7 +72,7 @@ loss = nn.CELoss(nn.SoftMax(add2 * 0.01), nn.NetVar([1, 0, 0], requires_grad=Fal
 loss.back()
 right = w1.g.copy()
 naive_back(loss)
-print("back():", right.round(4).tolist(), "\nnaive: ", w1.g.round(4).tolist())
+print("back():\n", right.round(4), "\nnaive:\n", w1.g.round(4))
 assert np.allclose(w1.g, right)
 
 # %% [markdown]
@@ -92,8 +92,8 @@ for v in (x, w1, b1, w2, b2):
 loss.back()
 right = {name: v.g.copy() for name, v in [("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)]}
 runs = naive_back(loss)
-print("relu1's rule ran", runs[relu1], "times; b1.g naive", b1.g.round(5).tolist(),
-      "right", right["b1"].round(5).tolist())
+print("relu1's rule ran", runs[relu1], "times; b1.g naive", b1.g.round(5),
+      "right", right["b1"].round(5))
 assert runs[relu1] == 2 and not np.allclose(b1.g, right["b1"])
 assert np.allclose(w2.g, right["w2"]) and np.allclose(b2.g, right["b2"])   # above relu1: right
 

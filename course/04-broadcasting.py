@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 4. Broadcasting and shapes
+# # Chapter 4: Broadcasting and shapes
 #
 # A bias `b` of shape `(1, H)` is added to every row of a `(B, H)` batch. NumPy does that by
 # *broadcasting*: it repeats `b` along the rows without copying it. The backward pass has to undo

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 5. An MLP, from scratch and with layers
+# # Chapter 5: An MLP, from scratch and with layers
 #
 # The pieces of chapters 1 to 4 are all a network needs. In this chapter you train a
 # multi-layer perceptron on the handwritten digits that ship with scikit-learn: first from bare
@@ -57,7 +57,7 @@ nn.draw(sample, names=globals())
 # `back()` starts from zero.
 
 # %%
-def train(optimizer, params, epochs=10, batch=64, seed=0):
+def train(optimizer, params, epochs=6, batch=64, seed=0):
     rng = np.random.default_rng(seed)
     losses = []
     for epoch in range(epochs):
@@ -156,7 +156,7 @@ def batches():                  # a fresh shuffle every epoch
 
 trainer = nn.Trainer(step, nn.Adam(model.vars, lr=0.003), hooks=[nn.ProgressBar()],
                      metrics={"accuracy": nn.Accuracy()})
-history = trainer.fit(batches, epochs=8, val=[(X_test, y_test)])
+history = trainer.fit(batches, epochs=5, val=[(X_test, y_test)])
 print("validation accuracy by epoch:", np.round(history["val_accuracy"], 3))
 
 # %% [markdown]
@@ -165,22 +165,25 @@ print("validation accuracy by epoch:", np.round(history["val_accuracy"], 3))
 # 1. How many parameters (numbers) does the 64-128-10 network have?
 # 2. Which optimizer reached the lower training loss over the last 50 steps, in the runs above:
 #    `"gd"` or `"adam"`?
-# 3. Train the layers model with `nn.GD(model.vars, lr=0.05)` (momentum 0.9) for 8 epochs with
-#    the Trainer (no progress bar) and report its final validation accuracy: above 0.9?
+# 3. Train a fresh layers model with the Trainer (no progress bar) for 5 epochs with
+#    `nn.GD(model.vars, lr=answer_3)` (momentum 0.9): pick a learning rate with which it reaches
+#    a validation accuracy above 0.9. (0.05 does not get there in 5 epochs.)
 
 # %%
 answer_1 = 64 * 128 + 128 + 128 * 10 + 10
 answer_2 = "adam" if np.mean(adam_losses[-50:]) < np.mean(gd_losses[-50:]) else "gd"
 model = nn.layers.Sequential(nn.layers.Linear(64, 128, seed=0), nn.ReLU,
                              nn.layers.Linear(128, 10, seed=1))
-gd_history = nn.Trainer(step, nn.GD(model.vars, lr=0.05),
+answer_3 = 0.2
+gd_history = nn.Trainer(step, nn.GD(model.vars, lr=answer_3),
                         metrics={"accuracy": nn.Accuracy()}).fit(
-    batches, epochs=8, val=[(X_test, y_test)])
-answer_3 = gd_history["val_accuracy"][-1] > 0.9
+    batches, epochs=5, val=[(X_test, y_test)])
+
 
 # %%
 assert answer_1 == sum(p.data.size for p in model.vars), "count W1, b1, W2 and b2"
 assert answer_2 == min(("gd", np.mean(gd_losses[-50:])), ("adam", np.mean(adam_losses[-50:])),
                        key=lambda pair: pair[1])[0]
-assert answer_3 and adam_accuracy > 0.95 and history["val_accuracy"][-1] > 0.95
+assert gd_history["val_accuracy"][-1] > 0.9, "a larger step: 5 epochs are few"
+assert adam_accuracy > 0.95 and history["val_accuracy"][-1] > 0.9
 print("all answers check")

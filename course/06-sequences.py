@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 6. Sequences: backpropagation through time
+# # Chapter 6: Sequences: backpropagation through time
 #
 # A recurrent network reads a sequence one step at a time and carries a state `h` from step to
 # step: `hₜ = tanh(xₜ·W + hₜ₋₁·R + b)`. Unrolled over `T` steps it is an ordinary graph, deep in
@@ -79,8 +79,8 @@ nn.draw(fused_loss, names={"W": W, "R": R, "b": b, "fused": fused})
 #
 # Why is it called "through time"? The gradient that reaches `hₜ` comes from the loss at step
 # `t` *and* from every later step, through `R`. The trace of the unrolled graph shows the
-# backward pass walking back in time: the last step's cell runs first. Here are the first rows
-# of the trace of two steps:
+# backward pass walking back in time: the last step's cell runs first. Here is the trace of
+# two steps:
 
 # %%
 for p in (W, R, b):

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 7. Attention
+# # Chapter 7: Attention
 #
 # A recurrent network carries everything it has read in one state vector. Attention lets each
 # position look at every other position directly: it scores each *query* against every *key*,

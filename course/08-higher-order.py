@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 8. Gradients of gradients
+# # Chapter 8: Gradients of gradients
 #
 # `back()` computes a gradient as arrays. If instead the backward pass *builds a graph*, out of
 # the same ops, the gradient is a node like any other, and can be differentiated again. That
@@ -85,7 +85,8 @@ def gradient_at(values):
     return nn.grad(loss_of(leaf), [leaf])[0]
 
 
-numeric = (gradient_at(w.data + eps * direction) - gradient_at(w.data - eps * direction)) / (2 * eps)
+numeric = (gradient_at(w.data + eps * direction)
+           - gradient_at(w.data - eps * direction)) / (2 * eps)
 print(np.round(hvp, 5))
 assert np.allclose(hvp, numeric, atol=1e-6)
 
@@ -114,7 +115,8 @@ nn.draw(total, names={"W": critic.W, "b": critic.b, "points": points, "penalty":
 # `_grads` keeps the upstream gradient in the graph.
 
 # %%
-assert nn.gradgradcheck(lambda x: (x.tanh() ** 2).sum(axis=1), nn.NetVar(rng.standard_normal((2, 3))))
+assert nn.gradgradcheck(lambda x: (x.tanh() ** 2).sum(axis=1),
+                        nn.NetVar(rng.standard_normal((2, 3))))
 
 # %% [markdown]
 # ## Exercises

@@ -56,25 +56,33 @@ def fingerprint(path):
 
 def execute(path, timeout=TIMEOUT, build=BUILD):
     """Run the chapter top to bottom in a fresh kernel that imports this checkout's nnkit;
-    write the executed notebook to ``build``/NAME.ipynb (course/_build) and return it. A cell that raises
-    raises nbclient's CellExecutionError, naming the cell and showing its traceback."""
+    write the executed notebook to ``build``/NAME.ipynb (course/_build) and return it. A cell
+    that raises raises nbclient's CellExecutionError, naming the cell and showing its
+    traceback."""
     import nbclient
     import nbformat
     path = pathlib.Path(path)
     nb = notebook(path)
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), previous]))
-    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # The kernel imports this checkout's nnkit; one BLAS thread: the chapters' arrays are
+    # small, and threads only fight over a shared CPU.
+    path_list = [str(ROOT), os.environ.get("PYTHONPATH")]
+    settings = {"PYTHONPATH": os.pathsep.join(filter(None, path_list)),
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
+                "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS", "1")}
+    previous = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         started = time.perf_counter()
         nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(COURSE)}}).execute()
         seconds = time.perf_counter() - started
     finally:
-        if previous is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = previous
+        for name, value in previous.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     nb.metadata["nnkit_course"] = {"fingerprint": fingerprint(path), "seconds": round(seconds, 2)}
     build = pathlib.Path(build)
     build.mkdir(exist_ok=True)
@@ -126,7 +134,8 @@ def _widget(widgets, model_id):
         parts = [_widget(widgets, child.replace("IPY_MODEL_", "")) for child in state["children"]]
         return None if None in parts else " ".join(parts)
     if model["model_name"] in ("FloatProgressModel", "IntProgressModel"):
-        return f'<progress value="{state.get("value", 0)}" max="{state.get("max", 100)}"></progress>'
+        value, top = state.get("value", 0), state.get("max", 100)
+        return f'<progress value="{value}" max="{top}"></progress>'
     if model["model_name"] in ("HTMLModel", "LabelModel"):
         return f"<span>{state.get('value', '')}</span>"
     return None
@@ -166,6 +175,12 @@ def _html_block(text):
     return "\n".join(line for line in text.splitlines() if line.strip())
 
 
+# Outputs set apart from the code; a wide graph scales down to the page's width.
+_STYLE = ("<style>.course-graph svg{max-width:100%;height:auto}"
+          ".course-graph,.course-html,.course-plot,.course-widget{overflow-x:auto;margin:0 0 1em}"
+          "pre.course-output{border-left:3px solid #9ec5e8;background:#f7fafd}</style>")
+
+
 def page(nb, download=None):
     """The executed notebook ``nb`` as a Markdown page with its outputs."""
     parts = []
@@ -183,7 +198,7 @@ def page(nb, download=None):
                 block = _html_block(_output(output, widgets))
                 if block:
                     parts.append(block)
-    return "\n\n".join(parts) + "\n"
+    return "\n\n".join(parts + [_STYLE]) + "\n"
 
 
 # ----------------------------------------------------------------------------- MkDocs hook

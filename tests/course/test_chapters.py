@@ -49,7 +49,7 @@ def test_chapter_runs_and_checks_its_exercises(path):
     pytest.importorskip("tqdm")
     source = build.notebook(path)
     headings = [cell.source for cell in source.cells if cell.cell_type == "markdown"]
-    assert headings[0].startswith("# "), "a chapter starts with its title"
+    assert headings[0].startswith("# Chapter "), "a chapter starts with its title"
     assert any("\n## Exercises" in "\n" + text for text in headings)
     assert "assert" in source.cells[-1].source, "the last cell checks the exercises' answers"
 
@@ -85,7 +85,8 @@ def test_page_renders_outputs_and_unwraps_prose():
                                       "- another\n\n| a | b |\n|---|---|\n| 1 | 2 |"),
         nbformat.v4.new_code_cell("draw()", outputs=[
             nbformat.v4.new_output("display_data", data={
-                "image/svg+xml": '<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg>\n\n<g class="node"/></svg>',
+                "image/svg+xml":
+                    '<?xml version="1.0"?>\n<!DOCTYPE svg>\n<svg>\n\n<g class="node"/></svg>',
                 "text/plain": "<Graph>"}),
             nbformat.v4.new_output("stream", name="stderr", text="10%\r50%\r100%\ndone\n"),
             nbformat.v4.new_output("display_data", data={

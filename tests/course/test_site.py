@@ -7,6 +7,7 @@ at. Without Chromium the test skips, saying so.
 """
 import functools
 import http.server
+import io
 import json
 import os
 import pathlib
@@ -59,7 +60,6 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        import io
         return io.BytesIO(body)
 
 
@@ -100,7 +100,9 @@ def test_every_chapter_shows_its_graphs_and_tables_in_chromium(tmp_path):
         for name, url in pages:
             dom = browse(url, "--dump-dom")
             assert dom.returncode == 0, f"{name}: chromium failed: {dom.stderr[-2000:]}"
-            shown = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', dom.stdout.split(">", 1)[0]))
+            opening = re.search(r"<html[^>]*>", dom.stdout)
+            opening = opening.group(0) if opening else ""
+            shown = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', opening))
             assert shown, f"{name}: the page's probe did not run ({url})"
             errors = json.loads(shown["errors"].replace("&quot;", '"'))
             console = [line for line in dom.stderr.splitlines() if "Uncaught" in line]
@@ -110,7 +112,7 @@ def test_every_chapter_shows_its_graphs_and_tables_in_chromium(tmp_path):
                     f"{name}: no rendered graph ({shown})"
             assert int(shown["tables"]) >= 1, f"{name}: no table ({shown})"
             picture = SCREENSHOTS / f"{name}.png"
-            shot = browse(url, f"--screenshot={picture}", "--window-size=1280,2000")
+            shot = browse(url, f"--screenshot={picture}", "--window-size=1280,3000")
             assert shot.returncode == 0 and picture.stat().st_size > 10_000, \
                 f"{name}: no screenshot: {shot.stderr[-2000:]}"
     finally:
