@@ -102,7 +102,7 @@ assert np.allclose(w2.g, right["w2"]) and np.allclose(b2.g, right["b2"])   # abo
 # `relu1` has two arrows out):
 
 # %%
-nn.draw(loss, show_grad=True, names=globals())
+nn.draw(loss, show_grad=True, names=globals(), rankdir="TB")
 
 # %% [markdown]
 # | node | consumers | recursion runs its rule | its gradient |

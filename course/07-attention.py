@@ -49,7 +49,7 @@ by_hand, weights = attention_by_hand(q, k, v, keep)
 by_hand.sum().back()
 hand_grads = [t.g.copy() for t in (q, k, v)]
 print("weights of sequence 1's first query:", weights.data[1, 0].round(3))
-nn.draw(by_hand.sum(), names={"q": q, "k": k, "v": v, "weights": weights})
+nn.draw(by_hand.sum(), names={"q": q, "k": k, "v": v, "weights": weights}, rankdir="TB")
 
 # %% [markdown]
 # ## The fused op

@@ -175,8 +175,9 @@ def _html_block(text):
     return "\n".join(line for line in text.splitlines() if line.strip())
 
 
-# Outputs set apart from the code; a wide graph scales down to the page's width.
-_STYLE = ("<style>.course-graph svg{max-width:100%;height:auto}"
+# Outputs set apart from the code; a graph wider than the page scrolls (scaled down to fit,
+# its labels would be too small to read).
+_STYLE = ("<style>"
           ".course-graph,.course-html,.course-plot,.course-widget{overflow-x:auto;margin:0 0 1em}"
           "pre.course-output{border-left:3px solid #9ec5e8;background:#f7fafd}</style>")
 
