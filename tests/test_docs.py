@@ -142,9 +142,9 @@ def test_make_figures(tmp_path):
     assert committed.count('class="node"') == 15
 
 
-def test_readme_shows_the_picture_and_links_the_tutorial():
+def test_readme_shows_the_picture_and_links_the_course():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Seeing the graph")[1].split("\n## ")[0]
     pictures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", section)
     assert pictures and all((ROOT / p).is_file() for p in pictures)
-    assert "(examples/tutorial.ipynb)" in section
+    assert "(course/README.md)" in section and (ROOT / "course" / "README.md").is_file()
