@@ -1,4 +1,4 @@
-"""Writes the format-version-1 checkpoints that tests/test_checkpoints.py must keep loading.
+"""Writes the format-version-1 checkpoints that tests/io/test_checkpoints.py must keep loading.
 
 Run once, with the nnkit of commit 316f128 (the last io.py that wrote version 1):
 

@@ -1,4 +1,4 @@
-"""Writes the format-version-2 checkpoints that tests/test_checkpoints.py must keep loading.
+"""Writes the format-version-2 checkpoints that tests/io/test_checkpoints.py must keep loading.
 
 Run once, with the nnkit of commit eac902d (before FFN became a Module walked like any other
 and SequenceModel was made of layers):

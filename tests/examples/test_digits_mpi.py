@@ -2,7 +2,7 @@
 accuracy of the single-process example (20 epochs here to keep the test short)."""
 import pytest
 
-from tests import mpi_scenarios
+from tests.distributed import mpi_scenarios
 from tests.examples.helpers import ROOT
 
 NO_MPI = mpi_scenarios.why_no_mpi()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from tests import mpi_scenarios as scenarios
+from tests.distributed import mpi_scenarios as scenarios
 
 NO_MPI = scenarios.why_no_mpi()
 

@@ -1,6 +1,6 @@
-"""Scenarios that run under ``mpiexec`` for tests/test_distributed.py, and how to launch them.
+"""Scenarios that run under ``mpiexec`` for tests/distributed/test_distributed.py, and how to launch them.
 
-    mpiexec -n 2 python -m tests.mpi_scenarios <scenario> <folder>
+    mpiexec -n 2 python -m tests.distributed.mpi_scenarios <scenario> <folder>
 
 Each rank writes what the tests compare to ``<folder>/<scenario>-<rank>.npz`` (arrays) and
 ``.json`` (numbers and messages); the tests compute their single-process references with the
@@ -21,7 +21,7 @@ import nnkit as nn
 import nnkit.distributed as dist
 from nnkit.distributed import connection
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- launching
@@ -69,7 +69,7 @@ def launch(ranks, arguments, timeout):
 
 def run_scenario(ranks, scenario, folder, timeout):
     """``launch`` of a scenario of this module; returns ``(status, stdout + stderr)``."""
-    status, out, err = launch(ranks, ["-m", "tests.mpi_scenarios", scenario, folder], timeout)
+    status, out, err = launch(ranks, ["-m", "tests.distributed.mpi_scenarios", scenario, folder], timeout)
     return status, out + err
 
 
@@ -262,10 +262,10 @@ def resume(folder):
 
 
 def resume_random_first(folder):
-    """tests/test_resume.py's training (Dropout, shuffled minibatches, a schedule) under
+    """tests/io/test_resume.py's training (Dropout, shuffled minibatches, a schedule) under
     DataParallel, each rank seeded differently: 4 epochs straight; then from the same seeds 2
     epochs, and rank 0 saves with every rank's generator state."""
-    from tests import test_resume
+    from tests.io import test_resume
     model, optimizer, schedule, trainer, batches = test_resume.build(5 + dist.rank(), True)
     trainer.fit(batches, epochs=test_resume.EPOCHS)
     arrays, numbers = test_resume.outcome(model, optimizer, trainer)
@@ -281,7 +281,7 @@ def resume_random_first(folder):
 def resume_random_rest(folder):
     """Fresh processes (other seeds): every rank loads the checkpoint, its own generator state
     included, and trains the last 2 epochs."""
-    from tests import test_resume
+    from tests.io import test_resume
     model, optimizer, schedule, trainer, batches = test_resume.build(99 + dist.rank(), True)
     nn.load(pathlib.Path(folder) / "resume_random.npz", model, optimizer=optimizer,
             schedule=schedule, trainer=trainer, rng=True)

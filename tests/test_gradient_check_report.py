@@ -5,7 +5,7 @@ import pytest
 import nnkit as nn
 from nnkit.gradcheck import GradcheckReport
 from tests.conftest import var64
-from tests.test_gradcheck import WrongTanh
+from tests.test_gradient_check import WrongTanh
 
 
 class HalfWrongMultiply(nn.NetOp):

@@ -1,6 +1,6 @@
 """Exact resume: a training with Dropout, minibatches shuffled by nnkit's generator and a
 learning-rate schedule, saved at epoch k and resumed in a fresh process, is bit-identical to the
-uninterrupted run (the data-parallel version: tests/test_distributed.py, scenario
+uninterrupted run (the data-parallel version: tests/distributed/test_distributed.py, scenario
 ``resume_random``); what the checkpoint holds for it, and what load refuses."""
 import json
 import re
@@ -14,7 +14,7 @@ import pytest
 import nnkit as nn
 from nnkit.io.fileformat import META_KEY
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 EPOCHS = 4
 
 
@@ -86,7 +86,7 @@ def run(phase, folder, k=0):
 
 
 def in_fresh_process(phase, folder, k=0):
-    command = [sys.executable, "-c", f"from tests.test_resume import run; "
+    command = [sys.executable, "-c", f"from tests.io.test_resume import run; "
                                      f"run({phase!r}, {str(folder)!r}, {k})"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from tests.test_layers import assert_same_as_pytorch, tensor
+from tests.layers.test_layers import assert_same_as_pytorch, tensor
 
 L = nn.layers
 RTOL, ATOL = 1e-10, 1e-12

@@ -1,5 +1,5 @@
 """nnkit.distributed: one process without MPI, argument checks, and data-parallel training on 2
-and 3 processes launched with mpiexec (tests/mpi_scenarios.py), each launch bounded by a
+and 3 processes launched with mpiexec (tests/distributed/mpi_scenarios.py), each launch bounded by a
 timeout; those are skipped, with the reason, where mpi4py or mpiexec is missing."""
 import sys
 import types
@@ -11,7 +11,7 @@ import nnkit as nn
 import nnkit.distributed as dist
 from nnkit.distributed import connection
 from nnkit.distributed.collectives import _bounds
-from tests import mpi_scenarios as scenarios
+from tests.distributed import mpi_scenarios as scenarios
 
 NO_MPI = scenarios.why_no_mpi()
 needs_mpi = pytest.mark.skipif(NO_MPI is not None, reason=str(NO_MPI))

@@ -12,7 +12,7 @@ import pytest
 import nnkit as nn
 from tests.data.make_version1_checkpoints import inputs as v1_inputs
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 F32 = np.float32
 
 

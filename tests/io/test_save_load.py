@@ -12,6 +12,8 @@ import pytest
 
 import nnkit as nn
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def _net(seed=0):
     nn.seed(seed)
@@ -257,7 +259,7 @@ def test_killed_save_process_leaves_the_previous_checkpoint(path):
             nn.save({path!r}, big, extra={{"version": 2}})
     """)
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
         assert child.stdout.readline().strip() == b"ready"

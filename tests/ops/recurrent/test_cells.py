@@ -4,7 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.test_recurrent import B, F, H, KINDS, T, fused, params
+from tests.ops.recurrent.test_fused import B, F, H, KINDS, T, fused, params
 
 
 def unrolled(kind, xs, W, R, b, h0, c0, lengths):

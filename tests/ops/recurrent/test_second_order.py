@@ -11,7 +11,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.test_recurrent import fused, params as recurrent_params
+from tests.ops.recurrent.test_fused import fused, params as recurrent_params
 
 torch = pytest.importorskip("torch")
 
