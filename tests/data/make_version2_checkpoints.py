@@ -120,6 +120,14 @@ def _record(expected, key, model, opt, named):
                 expected[f"{key}/opt/{names[id(p)]}/{item}"] = value.copy()
 
 
+def train_and_save(name, model, opt, loss, extra):
+    """Two steps of ``opt`` on ``loss()``, then ``model`` and ``opt`` saved as ``name``."""
+    for _ in range(2):
+        loss().back()
+        opt.step()
+    nn.save(os.path.join(HERE, name), model, optimizer=opt, extra=extra)
+
+
 def main():
     nn.set_dtype(F64)
     expected = {}
@@ -127,10 +135,8 @@ def main():
     net = ffn()
     opt = nn.Adam(net.vars, lr=0.01)
     x, y = ffn_inputs()
-    for _ in range(2):
-        nn.SoftmaxCELoss(net(x), y).back()
-        opt.step()
-    nn.save(os.path.join(HERE, "v2_ffn_adam.npz"), net, optimizer=opt, extra={"epoch": 2})
+    train_and_save("v2_ffn_adam.npz", net, opt, lambda: nn.SoftmaxCELoss(net(x), y),
+                   {"epoch": 2})
     _record(expected, "ffn", net, opt, {**net.named_vars(), **net.named_constants()})
     with nn.eval_mode():
         expected["ffn/output"] = net(x).data
@@ -141,11 +147,8 @@ def main():
         expected[f"sequence/init/{name}"] = p.data.copy()
     expected["sequence/init_output"] = model(ids, lengths=lengths).data
     opt = nn.Adam(model.vars, lr=0.05)
-    for _ in range(2):
-        nn.SoftmaxCELoss(model(ids, lengths=lengths), targets, lengths=lengths).back()
-        opt.step()
-    nn.save(os.path.join(HERE, "v2_sequence_adam.npz"), model, optimizer=opt,
-            extra={"epoch": 2})
+    train_and_save("v2_sequence_adam.npz", model, opt, lambda: nn.SoftmaxCELoss(
+        model(ids, lengths=lengths), targets, lengths=lengths), {"epoch": 2})
     _record(expected, "sequence", model, opt, model.named_vars())
     expected["sequence/output"] = model(ids, lengths=lengths).data
     expected["sequence/final_h"] = model.final_state[0].data
@@ -154,10 +157,8 @@ def main():
     layers = LayersNet()
     opt = nn.Adam(layers.vars, lr=0.02)
     x, y = layers_inputs()
-    for _ in range(2):
-        nn.SoftmaxCELoss(layers(x), y).back()
-        opt.step()
-    nn.save(os.path.join(HERE, "v2_layers_adam.npz"), layers, optimizer=opt, extra={"epoch": 2})
+    train_and_save("v2_layers_adam.npz", layers, opt, lambda: nn.SoftmaxCELoss(layers(x), y),
+                   {"epoch": 2})
     _record(expected, "layers", layers, opt, layers.named_vars())
     with nn.eval_mode():
         expected["layers/output"] = layers(x).data
@@ -166,11 +167,8 @@ def main():
     flat = {"enc.w": params["enc"]["w"], "layers.0": params["layers"][0],
             "layers.1": params["layers"][1]}
     opt = nn.RMSProp(list(flat.values()), lr=0.01)
-    for _ in range(2):
-        dict_loss(params).back()
-        opt.step()
-    nn.save(os.path.join(HERE, "v2_dict_rmsprop.npz"), params, optimizer=opt,
-            extra={"kind": "dict"})
+    train_and_save("v2_dict_rmsprop.npz", params, opt, lambda: dict_loss(params),
+                   {"kind": "dict"})
     _record(expected, "dict", params, opt, flat)
 
     assert all(array.dtype != np.float32 for array in expected.values())

@@ -1,6 +1,7 @@
 """nn.save / nn.load for any model: nested Modules with buffers and shared weights, FFNs with
 BatchNorm, SequenceModels, nested dicts and lists; exact resumption; refused checkpoints that
 change nothing; files written by format version 1; SaveBest's check of its model."""
+import contextlib
 import copy
 import json
 import os
@@ -717,21 +718,23 @@ def _assert_loaded(expected, params, buffers, opt, names=None):
                 assert value == 2
 
 
+@contextlib.contextmanager
 def _float64():
+    """Models built inside get float64 parameters, as the fixtures' were; the dtype after."""
     before = nn.get_dtype()
     nn.set_dtype(np.float64)
-    return before
+    try:
+        yield
+    finally:
+        nn.set_dtype(before)
 
 
 def test_a_version_2_ffn_with_batchnorm_and_adam_loads_bit_exact():
     from tests.data import make_version2_checkpoints as v2
-    before = _float64()
-    try:
+    with _float64():
         net = v2.ffn()
         for p in net.vars:                      # other values: the file must set every one
             p.data = p.data * 0.5 - 1
-    finally:
-        nn.set_dtype(before)
     shared = net.topology[3][1]
     opt = nn.Adam(net.vars, lr=0.5)
     path = os.path.join(DATA, "v2_ffn_adam.npz")
@@ -753,11 +756,8 @@ def test_a_version_2_ffn_with_batchnorm_and_adam_loads_bit_exact():
 def test_a_version_2_sequence_model_with_adam_loads_bit_exact():
     from tests.data import make_version2_checkpoints as v2
     expected = _v2_expected("sequence")
-    before = _float64()
-    try:
+    with _float64():
         model = nn.SequenceModel(**v2.SEQUENCE_SIZES, seed=0)   # another draw
-    finally:
-        nn.set_dtype(before)
     opt = nn.Adam(model.vars, lr=0.5)
     assert nn.load(os.path.join(DATA, "v2_sequence_adam.npz"), model,
                    optimizer=opt).extra == {"epoch": 2}
@@ -771,11 +771,8 @@ def test_a_version_2_sequence_model_with_adam_loads_bit_exact():
 def test_a_sequence_model_draws_what_it_drew_before_from_the_same_seed():
     from tests.data import make_version2_checkpoints as v2
     expected = _v2_expected("sequence")
-    before = _float64()
-    try:
+    with _float64():
         model = v2.sequence_model()
-    finally:
-        nn.set_dtype(before)
     init = {V2_SEQUENCE_NAMES[key.split("/", 1)[1]]: value for key, value in expected.items()
             if key.startswith("init/")}
     assert sorted(init) == sorted(model.named_vars())
@@ -787,13 +784,10 @@ def test_a_sequence_model_draws_what_it_drew_before_from_the_same_seed():
 
 def test_a_version_2_module_of_layers_with_batchnorm_and_adam_loads_bit_exact():
     from tests.data import make_version2_checkpoints as v2
-    before = _float64()
-    try:
+    with _float64():
         model = v2.LayersNet()
         for p in model.vars:
             p.data = p.data * 0.5 - 1
-    finally:
-        nn.set_dtype(before)
     opt = nn.Adam(model.vars, lr=0.5)
     nn.load(os.path.join(DATA, "v2_layers_adam.npz"), model, optimizer=opt)
     expected = _v2_expected("layers")
@@ -807,11 +801,8 @@ def test_a_version_2_dict_of_parameters_with_rmsprop_loads_bit_exact():
     from tests.data import make_version2_checkpoints as v2
     path = os.path.join(DATA, "v2_dict_rmsprop.npz")
     expected = _v2_expected("dict")
-    before = _float64()
-    try:
+    with _float64():
         params = v2.parameters()
-    finally:
-        nn.set_dtype(before)
     flat = {"enc.w": params["enc"]["w"], "layers.0": params["layers"][0],
             "layers.1": params["layers"][1]}
     for p in flat.values():
@@ -835,11 +826,8 @@ def test_a_sequence_model_state_with_the_names_before_layers_loads(tmp_path):
     expected = _v2_expected("sequence")
     old = {old: expected[f"param/{old}"] for old in V2_SEQUENCE_NAMES}
     np.savez(tmp_path / "old.npz", **old)
-    before = _float64()
-    try:
+    with _float64():
         model = nn.SequenceModel(**v2.SEQUENCE_SIZES, seed=0)
-    finally:
-        nn.set_dtype(before)
     with np.load(tmp_path / "old.npz") as archive:
         model.load_state(archive)
     for name, new in V2_SEQUENCE_NAMES.items():

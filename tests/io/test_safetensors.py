@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
+from tests.io.helpers import with_one_bit_flipped
 from nnkit.io.safetensors import read_safetensors, write_safetensors
 
 
@@ -250,15 +251,9 @@ def test_any_flipped_byte_is_refused_or_changes_nothing(path):
     opt = nn.Adam(model.vars)
     _train(model, opt, 1)
     nn.save(path, model, optimizer=opt, extra={"epoch": 3})
-    content = bytearray(open(path, "rb").read())
     expected = _state(model)
-    rng = np.random.default_rng(0)
     refused = 0
-    for position in rng.choice(len(content), 150, replace=False):
-        flipped = bytearray(content)
-        flipped[position] ^= 1 << int(rng.integers(8))
-        with open(path, "wb") as file:
-            file.write(flipped)
+    for _ in with_one_bit_flipped(path, 150):
         target = _model(seed=5)
         before = _state(target)
         try:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
+from tests.io.helpers import with_one_bit_flipped
 from nnkit.io.torch_state import _parts
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the equality tests "
@@ -453,15 +454,9 @@ def test_any_flipped_byte_is_refused_or_changes_nothing(tmp_path):
     _randomize(source)
     file = str(tmp_path / "model.pt")
     torch.save(source.state_dict(), file)
-    content = bytearray(open(file, "rb").read())
     expected = {key: value.numpy() for key, value in source.state_dict().items()}
-    rng = np.random.default_rng(0)
     refused = 0
-    for position in rng.choice(len(content), 200, replace=False):
-        flipped = bytearray(content)
-        flipped[position] ^= 1 << int(rng.integers(8))
-        with open(file, "wb") as out:
-            out.write(flipped)
+    for _ in with_one_bit_flipped(file, 200):
         try:
             read = nn.read_torch_file(file)
         except nn.CheckpointError:

@@ -368,14 +368,19 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize("make,error,message", REFUSED)
-def test_refused_arguments_name_the_layer_and_draw_nothing(make, error, message):
+def assert_refused_drawing_nothing(make, error, message):
+    """``make()`` raises ``error`` matching ``message`` and leaves nnkit's generator as it was."""
     nn.seed(0)
     expected = L.Linear(2, 2).W.data
     nn.seed(0)
     with pytest.raises(error, match=message):
         make()
     np.testing.assert_array_equal(L.Linear(2, 2).W.data, expected)   # the generator is as it was
+
+
+@pytest.mark.parametrize("make,error,message", REFUSED)
+def test_refused_arguments_name_the_layer_and_draw_nothing(make, error, message):
+    assert_refused_drawing_nothing(make, error, message)
 
 
 @pytest.mark.parametrize("make,call,message", [
