@@ -1,9 +1,10 @@
 """nn.grad: gradients as values, without touching .g, and gradients of gradients (create_graph).
 
 The per-op second derivatives are checked by test_gradgradcheck_every_op
-(tests/ops/test_every_op.py) and tests/ops/test_double_backward_*.py; this file checks the
-engine's part: seeds, several outputs, intermediate and unused inputs, the .g it must leave
-alone, the graph it must not keep, the errors, higher orders, and gradgradcheck itself.
+(tests/ops/test_every_op.py) and in the "Second derivatives" section of each family's
+tests/ops/test_<family>.py; this file checks the engine's part: seeds, several outputs,
+intermediate and unused inputs, the .g it must leave alone, the graph it must not keep, the
+errors, higher orders, and gradgradcheck itself.
 """
 import gc
 import weakref

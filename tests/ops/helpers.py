@@ -1,4 +1,5 @@
-"""Checks shared by the op tests: PyTorch as the oracle, and scaling by the upstream gradient."""
+"""Checks shared by the op tests: PyTorch as the oracle, scaling by the upstream gradient, second
+derivatives against PyTorch's double backward, and random masks."""
 import numpy as np
 
 import nnkit as nn
@@ -66,3 +67,8 @@ def assert_same_hvp(ours, theirs, arrays, rng):
     for m, e in zip(mine, expected):
         assert np.abs(e).max() > 1e-3
         np.testing.assert_allclose(m.reshape(e.shape), e, rtol=1e-9, atol=1e-12)
+
+
+def keep_mask(rng, shape, p=0.6):
+    """A random boolean mask of ``shape`` (True = keep, with probability ``p``)."""
+    return rng.random(shape) < p

@@ -91,3 +91,25 @@ def test_an_integer_array_operand_takes_the_float_nodes_dtype_exactly():
     assert nn.L2Loss(nn.NetVar(np.array([[16777217.0]])), np.array([[16777217]])).item() == 0.0
     h = nn.NetVar(np.ones((1, 2), np.float32))
     assert (h * np.array([[2, 3]])).dtype == np.float32      # the node's dtype, as documented
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Every derivative of a power against PyTorch's (test_gradgradcheck_every_op checks each op alone
+# against finite differences).
+
+def test_powers_at_zero_have_the_derivatives_of_polynomials(torch):
+    # d/dx x⁰ = 0 everywhere (p·x^(p−1) would be 0·∞ = NaN at 0), so every derivative of x²
+    # and x³ at 0 is finite and equals PyTorch's
+    x = nn.NetVar(np.array([[0.0, 1.5, -2.0]]))
+    t = torch.tensor(x.data, requires_grad=True)
+    np.testing.assert_array_equal(nn.grad((x ** 0).sum(), [x])[0], [[0.0, 0.0, 0.0]])
+    for p in (1, 2, 3):
+        mine, ref = (x ** p).sum(), (t ** p).sum()
+        for order in range(1, p + 2):            # the last one is 0
+            mine, = nn.grad(mine, [x], create_graph=True)
+            ref, = torch.autograd.grad(ref, t, create_graph=True, allow_unused=True,
+                                       materialize_grads=True)
+            np.testing.assert_allclose(mine.data, ref.detach().numpy(), rtol=1e-12,
+                                       err_msg=f"x ** {p}, order {order}")
+            mine, ref = mine.sum(), ref.sum()
+        assert not mine.requires_grad and not ref.requires_grad     # a constant, 0, in both

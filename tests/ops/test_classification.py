@@ -7,7 +7,8 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.helpers import assert_honours_the_upstream_gradient, assert_matches_pytorch
+from tests.ops.helpers import (assert_honours_the_upstream_gradient, assert_matches_pytorch,
+                               assert_same_hvp)
 
 
 def test_ce_loss_gradcheck_and_finite_at_zero(rng):
@@ -498,3 +499,91 @@ def test_the_shares_of_a_weighted_mean_are_the_same_on_the_host_and_on_a_device(
         np.testing.assert_array_equal(_nan_if_empty(value, total, np),
                                       _nan_if_empty(value, total, device))
     assert np.isnan(_nan_if_empty(np.asarray(0.0), np.asarray(0.0), device))
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Hessian-vector products (grad(create_graph=True)) against PyTorch's double backward in float64:
+# class weights, lengths, probability targets that are nodes; a zero target under a masked
+# log-softmax.
+
+def test_hvp_of_softmax_cross_entropy_with_class_weights_and_lengths(torch, rng):
+    F = torch.nn.functional
+    labels = np.array([[0, 2, 1], [3, 3, 0]])
+    weight = np.array([1.0, 2.0, 0.5, 1.5])
+    lengths = np.array([2, 1, 2])
+
+    def ours(z):
+        return nn.SoftmaxCELoss(z * z, labels, lengths=lengths, weight=weight)
+
+    def theirs(z):
+        ignored = np.where(np.arange(2)[:, None] < lengths[None, :], labels, -100)
+        return F.cross_entropy((z * z).reshape(6, 4), torch.tensor(ignored.reshape(6)),
+                               weight=torch.tensor(weight), ignore_index=-100)
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((2, 3, 4))], rng)
+
+
+def test_hvp_of_softmax_cross_entropy_with_probability_targets_as_a_node(torch, rng):
+    F = torch.nn.functional
+    weight = np.array([1.0, 2.0, 0.5, 1.5])
+
+    def ours(z, s):
+        return nn.SoftmaxCELoss(z * s, nn.Softmax(s), weight=weight)
+
+    def theirs(z, s):
+        return F.cross_entropy(z * s, torch.softmax(s, -1), weight=torch.tensor(weight))
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))],
+                    rng)
+
+
+def test_hvp_of_nll_ce_and_sigmoid_ce(torch, rng):
+    F = torch.nn.functional
+    labels = np.array([1, 0, 3])
+    weight = np.array([[0.5, 1.0, 2.0, 1.5]])
+
+    def ours(z, s):
+        return (nn.NLLLoss(nn.LogSoftmax(z * s), labels, ignore_index=0)
+                + nn.CELoss(nn.Softmax(z), nn.Softmax(s * s))
+                + nn.SigmoidCELoss(z * s, nn.Sigmoid(s), weight=weight))
+
+    def theirs(z, s):
+        p, t = torch.softmax(z, -1), torch.softmax(s * s, -1)
+        return (F.nll_loss(torch.log_softmax(z * s, -1), torch.tensor(labels), ignore_index=0)
+                - (t * p.log()).sum() / 3
+                + F.binary_cross_entropy_with_logits(z * s, torch.sigmoid(s),
+                                                     weight=torch.tensor(weight)))
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))],
+                    rng)
+
+
+@pytest.mark.parametrize("log_target", [False, True])
+def test_hvp_of_kl_divergence(torch, rng, log_target):
+    F = torch.nn.functional
+
+    def ours(x, s):
+        target = nn.LogSoftmax(s * x) if log_target else nn.Softmax(s * x)
+        return nn.KLDivLoss(nn.LogSoftmax(x * x), target, log_target=log_target)
+
+    def theirs(x, s):
+        target = (torch.log_softmax if log_target else torch.softmax)(s * x, -1)
+        return F.kl_div(torch.log_softmax(x * x, -1), target, reduction="batchmean",
+                        log_target=log_target)
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 4)), rng.standard_normal((3, 4))],
+                    rng)
+
+
+def test_kl_divergence_where_the_target_is_zero_and_the_input_minus_infinity(rng):
+    # a zero-probability class under a masked log-softmax: its term is 0, to every order
+    keep = np.array([[True, True, False]] * 2)
+    x, s = nn.NetVar(rng.standard_normal((2, 3))), nn.NetVar(rng.standard_normal((2, 3)))
+    p = nn.Softmax(s, mask=keep)                    # exactly 0 in column 2
+    with np.errstate(invalid="ignore"):             # the forward's 0·∞, discarded by its where
+        loss = nn.KLDivLoss(nn.LogSoftmax(x, mask=keep), p)
+    gx, gs = nn.grad(loss, [x, s], create_graph=True)
+    hx, hs = nn.grad((gx * gs).sum(), [x, s])
+    for array in (gx.data, gs.data, hx, hs):
+        assert np.isfinite(array).all() and (array[:, 2] == 0).all()
+    assert np.abs(hx[:, :2]).max() > 1e-3 and np.abs(hs[:, :2]).max() > 1e-3

@@ -7,7 +7,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.helpers import assert_matches_pytorch
+from tests.ops.helpers import assert_matches_pytorch, assert_same_hvp
 
 CONV_CASES = [  # x shape, w shape, stride, padding, bias
     ((2, 3, 5, 5), (4, 3, 3, 3), 1, 0, True),
@@ -323,3 +323,97 @@ def test_max_pooling_sends_an_infinite_gradient_to_the_arg_max_alone():
     (second,) = nn.grad((first * np.where(np.arange(16).reshape(1, 1, 4, 4) % 5 == 0, np.inf,
                                           1.0)).sum(), [g])
     assert not np.isnan(second).any()
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# grad(create_graph=True) against PyTorch's double backward in float64 (test_gradgradcheck_every_op
+# checks each op alone against finite differences): a gradient penalty and Hessian-vector products
+# through Conv2D and the pools, and their third derivatives (the ops that Conv2D and the pools
+# build for their gradients are differentiated again).
+
+def penalty_gradients(ours, theirs, arrays):
+    """The gradient of the penalty ‖∂L/∂x‖² (x the first input) with respect to every input,
+    L being ``ours(*nodes)`` and ``theirs(*tensors)``: (nnkit's list, PyTorch's list)."""
+    import torch
+    nodes = [nn.NetVar(a) for a in arrays]
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+    (dx,) = nn.grad(ours(*nodes), [nodes[0]], create_graph=True)
+    mine = nn.grad((dx * dx).sum(), nodes)
+    (dx,) = torch.autograd.grad(theirs(*tensors), [tensors[0]], create_graph=True)
+    expected = torch.autograd.grad((dx * dx).sum(), tensors)
+    return mine, [e.numpy() for e in expected]
+
+
+def test_gradient_penalty_through_conv_and_pools_matches_torch(torch, rng):
+    F = torch.nn.functional
+    r = rng.standard_normal((2, 3, 3, 1))
+
+    def ours(x, w, b):
+        h = nn.Conv2D(x, w, b, stride=(1, 2), padding=1).tanh()                  # (2, 3, 5, 3)
+        pooled = nn.AvgPool2D(h, 2, stride=1, padding=(1, 0), count_include_pad=False)
+        return (nn.MaxPool2D(pooled, 3, 2, 1) ** 2 * r).sum()                    # (2, 3, 3, 1)
+
+    def theirs(x, w, b):
+        h = F.conv2d(x, w, b, stride=(1, 2), padding=1).tanh()
+        pooled = F.avg_pool2d(h, 2, stride=1, padding=(1, 0), count_include_pad=False)
+        return (F.max_pool2d(pooled, 3, 2, 1) ** 2 * torch.tensor(r)).sum()
+
+    arrays = [rng.standard_normal((2, 2, 5, 5)), rng.standard_normal((3, 2, 3, 3)),
+              rng.standard_normal(3)]
+    mine, expected = penalty_gradients(ours, theirs, arrays)
+    for m, e in zip(mine, expected):
+        assert np.abs(e).max() > 1e-3
+        np.testing.assert_allclose(m.reshape(e.shape), e, rtol=1e-9, atol=1e-12)
+
+
+def test_conv_hvp_with_the_kernel_read_by_two_convs_matches_torch(torch, rng):
+    """w is read by two convolutions (and x by one of them and a square): the second
+    derivatives mix x and w (the cross terms of the bilinear op)."""
+    F = torch.nn.functional
+
+    def ours(x, w):
+        h = nn.Conv2D(x, w, stride=2)                                            # (1, 2, 3, 3)
+        return (h * h).sum() + nn.Conv2D(h, w[:, :2], padding=1).sin().sum() + (x * x * x).sum()
+
+    def theirs(x, w):
+        h = F.conv2d(x, w, stride=2)
+        return (h * h).sum() + F.conv2d(h, w[:, :2], padding=1).sin().sum() + (x * x * x).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((1, 3, 7, 7)),
+                                   rng.standard_normal((2, 3, 3, 3))], rng)
+
+
+def test_third_derivatives_through_conv_and_pool_gradients(rng):
+    """The gradients of Conv2D and the pools are ops of their own (linear in each input);
+    differentiating them twice more exercises their own backward rules."""
+    x, w, g, h = (nn.NetVar(rng.standard_normal(shape)) for shape in
+                  ((1, 1, 4, 4), (2, 1, 3, 3), (1, 2, 2, 2), (1, 1, 2, 2)))
+
+    def conv_gradients(x, w, g):
+        dx, dw = nn.grad(nn.Conv2D(x, w, padding=1, stride=2), [x, w], g=g, create_graph=True)
+        return nn.Concat([dx.reshape(1, -1), dw.reshape(1, -1)], axis=1)
+
+    assert nn.gradgradcheck(conv_gradients, x, w, g)
+
+    def pool_gradients(x, g):
+        y = nn.MaxPool2D(x, 3, 2, 1) * nn.AvgPool2D(x, 3, 2, 1, count_include_pad=False)
+        return nn.grad(y, [x], g=g, create_graph=True)[0]
+
+    assert nn.gradgradcheck(pool_gradients, x, h)
+
+
+def test_max_pool_gradient_is_the_upstream_gradient_routed(rng):
+    """y is piecewise linear in x: its gradient depends on g alone (a constant routing to each
+    window's maximum), so with a constant g it is a constant, and its derivative with respect to
+    g picks each window's maximum."""
+    x = nn.NetVar(rng.standard_normal((1, 1, 4, 4)))
+    (dx,) = nn.grad(nn.MaxPool2D(x, 2), [x], g=rng.standard_normal((1, 1, 2, 2)),
+                    create_graph=True)
+    assert not dx.requires_grad
+    g = nn.NetVar(rng.standard_normal((1, 1, 2, 2)))
+    (dx,) = nn.grad(nn.MaxPool2D(x, 2), [x], g=g, create_graph=True)
+    v = rng.standard_normal((1, 1, 4, 4))
+    windows = x.data.reshape(2, 2, 2, 2).transpose(0, 2, 1, 3).reshape(2, 2, 4)
+    picked = np.take_along_axis(v.reshape(2, 2, 2, 2).transpose(0, 2, 1, 3).reshape(2, 2, 4),
+                                windows.argmax(axis=2)[..., None], axis=2)
+    np.testing.assert_array_equal(nn.grad((dx * v).sum(), [g])[0], picked.reshape(g.shape))

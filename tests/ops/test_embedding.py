@@ -4,7 +4,8 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.helpers import assert_matches_pytorch
+from tests.ops.helpers import (assert_matches_pytorch, assert_same_hvp,
+                               hessian_vector_products)
 
 
 @pytest.mark.parametrize("index_shape", [(5,), (3, 4), (2, 3, 2), ()])
@@ -133,3 +134,48 @@ def test_an_embedding_of_zero_columns_backpropagates():
     (first,) = nn.grad(nn.Embedding(np.array([[0, 2]]), table), [table], g=nn.NetVar(
         np.zeros((1, 2, 0))), create_graph=True)
     assert first.shape == (3, 0)
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Hessian-vector products (grad(create_graph=True)) against PyTorch's double backward in float64;
+# the padding row gets nothing at any order, third derivatives included (the op that Embedding
+# builds for its gradient is differentiated again).
+
+def test_embedding_hvp_with_padding_matches_torch(torch, rng):
+    F = torch.nn.functional
+    tokens = np.array([[0, 2, 3], [2, 2, 1]])              # row 2 is the padding, read 3 times
+
+    def ours(table):
+        rows = nn.Embedding(tokens, table, padding_idx=2)
+        return (rows * rows * rows).sum() + nn.Embedding(tokens[:, 2:], table).exp().sum()
+
+    def theirs(table):
+        rows = F.embedding(torch.tensor(tokens), table, padding_idx=2)
+        return (rows ** 3).sum() + F.embedding(torch.tensor(tokens[:, 2:]), table).exp().sum()
+
+    table = rng.standard_normal((5, 3))
+    assert_same_hvp(ours, theirs, [table], rng)
+    directions = [rng.standard_normal(table.shape)]
+    mine, _ = hessian_vector_products(ours, theirs, [table], directions)
+    assert not np.any(mine[0][2]) and not np.any(mine[0][4])  # padding row; an unused row
+
+
+def test_embedding_padding_row_gets_exactly_nothing_at_every_order(rng):
+    tokens = np.array([1, 2, 2, 0])
+    table = nn.NetVar(rng.standard_normal((3, 4)))
+    g = nn.NetVar(rng.standard_normal((4, 4)))
+    y = nn.Embedding(tokens, table, padding_idx=-1)        # row 2
+    np.testing.assert_array_equal(y.data[1], table.data[2])  # the value is the row itself
+    (dtable,) = nn.grad(y * y, [table], g=g, create_graph=True)
+    assert not np.any(dtable.data[2])
+    v = rng.standard_normal((3, 4))
+    dt, dg = nn.grad((dtable * v).sum(), [table, g])
+    assert not np.any(dt[2]) and not np.any(dg[1:3])       # padding lookups: nothing, not g·v
+    np.testing.assert_allclose(dg[[0, 3]], 2 * table.data[[1, 0]] * v[[1, 0]], rtol=1e-12)
+    np.testing.assert_allclose(dt[[0, 1]], 2 * g.data[[3, 0]] * v[[0, 1]], rtol=1e-12)
+
+    def table_gradient(table, g):
+        rows = nn.Embedding(tokens, table, padding_idx=2)
+        return nn.grad(rows * rows, [table], g=g, create_graph=True)[0]
+
+    assert nn.gradgradcheck(table_gradient, table, g)     # third derivatives

@@ -5,6 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.helpers import assert_same_hvp
 
 INDICES = [
     (slice(1, 3),),
@@ -336,3 +337,89 @@ def test_a_split_refused_midway_leaves_no_gradient_for_the_next_pass(rng):
     x.reset()
     first.sum().back()
     np.testing.assert_array_equal(x.g, [[1, 1, 0, 0]] * 2)
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Hessian-vector products (grad(create_graph=True)) against PyTorch's double backward in float64
+# through chains of indexing, joins and reductions (test_gradgradcheck_every_op checks each op
+# alone against finite differences), a node read by three consumers, and GetItem's scatter-add
+# gradient with repeated indices.
+
+ROWS = [0, 2, 2, 1, 2]      # repeated indices: row 2 is read three times
+
+
+def test_hvp_through_getitem_concat_norm_and_logsumexp(torch, rng):
+    def ours(x, w):
+        picked = x[np.array(ROWS)]                                    # (5, 4)
+        joined = nn.Concat([picked * w, nn.Norm(x, axis=0, keepdims=True)], axis=0)   # (6, 4)
+        return nn.LogSumExp(joined, axis=1).sum() + nn.Var(joined, axis=0, ddof=1).sum()
+
+    def theirs(x, w):
+        picked = x[torch.tensor(ROWS)]
+        joined = torch.cat([picked * w, x.norm(dim=0, keepdim=True)], dim=0)
+        return joined.logsumexp(dim=1).sum() + joined.var(dim=0, unbiased=True).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 4)), rng.standard_normal((1, 4))],
+                    rng)
+
+
+def test_hvp_through_stack_split_pad_and_max(torch, rng):
+    def ours(x):
+        a, b = nn.Split(x, [1], axis=1)                                 # (3, 1), (3, 3)
+        padded = nn.Pad(a * b, ((0, 1), (2, 0)), value=0.5)              # (4, 5)
+        stacked = nn.Stack([padded.sin(), padded * padded], axis=1)     # (4, 2, 5)
+        return (nn.Max(stacked, axis=2) * nn.Min(stacked, axis=(0, 1))[1:3]).sum()
+
+    def theirs(x):
+        a, b = x[:, :1], x[:, 1:]
+        padded = torch.nn.functional.pad(a * b, (2, 0, 0, 1), value=0.5)
+        stacked = torch.stack([padded.sin(), padded * padded], dim=1)
+        return (stacked.amax(dim=2) * stacked.amin(dim=(0, 1))[1:3]).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 4))], rng)
+
+
+def test_a_node_read_by_three_consumers(torch, rng):
+    """h feeds a GetItem with repeated indices, a norm and a Where: its gradient node is the sum
+    of three contributions, and each of them must be differentiated again."""
+    mask = np.array([[True, False, True], [False, True, True]])
+
+    def ours(x):
+        h = x.tanh()
+        return ((h[np.array([1, 1, 0])] ** 3).sum() + nn.Norm(h, axis=1).sum()
+                + nn.Where(mask, h * h, 0.0).sum())
+
+    def theirs(x):
+        h = x.tanh()
+        return ((h[torch.tensor([1, 1, 0])] ** 3).sum() + h.norm(dim=1).sum()
+                + torch.where(torch.tensor(mask), h * h, 0.0).sum())
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((2, 3))], rng)
+
+
+@pytest.mark.parametrize("index", [
+    np.array([0, 2, 2, 2]),                                 # repeated rows
+    (np.array([[1, 1], [0, 1]]), np.array([[2, 2], [0, 2]])),   # repeated (row, column) pairs
+    (slice(None), np.array([3, 0, 3])),                     # repeated columns after a slice
+])
+def test_the_scatter_adds_repeated_indices(index, rng):
+    """GetItem's gradient node, for a seed given as a node, is the scatter-add of the seed;
+    differentiating it with respect to the seed gathers again (both are linear)."""
+    x = nn.NetVar(rng.standard_normal((3, 4)))
+    y = x[index]
+    seed = nn.NetVar(rng.standard_normal(y.shape))     # a leaf is at least 2-D: reshape it
+    seed_node = seed.reshape(y.shape)
+    gx, = nn.grad(y, [x], g=seed_node, create_graph=True)
+    expected = np.zeros((3, 4))
+    np.add.at(expected, index, seed_node.data)
+    np.testing.assert_allclose(gx.data, expected, rtol=1e-12)
+    v = rng.standard_normal((3, 4))
+    dseed, = nn.grad((gx * v).sum(), [seed])
+    np.testing.assert_allclose(dseed.reshape(y.shape), v[index], rtol=1e-12)
+    # F = Σ v·gx² is quadratic in the seed: its Hessian along u is gather(2 v · scatter(u))
+    gseed, = nn.grad((gx * gx * v).sum(), [seed], create_graph=True)
+    u = rng.standard_normal(seed.shape)
+    hu, = nn.grad((gseed * u).sum(), [seed])
+    spread = np.zeros((3, 4))
+    np.add.at(spread, index, u.reshape(y.shape))
+    np.testing.assert_allclose(hu.reshape(y.shape), (2 * v * spread)[index], rtol=1e-12)

@@ -6,7 +6,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.helpers import assert_honours_the_upstream_gradient
+from tests.ops.helpers import assert_honours_the_upstream_gradient, assert_same_hvp
 
 
 def test_l1_l2_huber_values():
@@ -251,3 +251,30 @@ def test_a_masked_mse_states_its_valid_positions():
     p = nn.NetVar(np.ones((3, 2, 2)))
     assert float(nn.MSELoss(p, np.zeros((3, 2, 2)), lengths=np.array([3, 1])).denominator) == 4
     assert nn.MSELoss(p, np.zeros((3, 2, 2))).denominator == 6
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Hessian-vector products (grad(create_graph=True)) against PyTorch's double backward in float64,
+# with targets that need gradients and lengths.
+
+def test_hvp_of_the_regression_losses_with_targets_that_need_gradients(torch, rng):
+    F = torch.nn.functional
+    lengths = np.array([3, 1])
+    valid = torch.tensor(np.arange(3)[:, None] < lengths[None, :], dtype=torch.float64)[..., None]
+
+    def ours(p, t):
+        a, b = p * p, nn.Tanh(t)
+        return (nn.L1Loss(a, b) * nn.L2Loss(a, b) + nn.HuberLoss(a * t, b, 0.5) ** 2
+                + nn.MSELoss(a, b, lengths=lengths) * nn.MSELoss(b, a))
+
+    def theirs(p, t):
+        a, b = p * p, torch.tanh(t)
+        B = 6           # rows of (3, 2, 2)
+        mse = ((a - b) ** 2 * valid).sum() / (valid.sum() * 2)
+        l1 = ((a - b) * torch.sign(a - b)).sum()   # |a − b| (PyTorch's abs: seconds at first)
+        return (l1 / B * ((a - b) ** 2).sum() / (2 * B)
+                + (F.huber_loss(a * t, b, delta=0.5, reduction="sum") / B) ** 2
+                + mse * F.mse_loss(b, a))
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 2, 2)),
+                                   rng.standard_normal((3, 2, 2))], rng)

@@ -4,7 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.helpers import assert_matches_pytorch
+from tests.ops.helpers import assert_matches_pytorch, assert_same_hvp
 
 SHAPES = [(1, 5), (3, 4), (2, 3, 2)]
 BROADCAST_PAIRS = [((3, 4), (3, 4)), ((3, 4), (1, 4)), ((2, 3, 4), (3, 1)), ((1, 4), (3, 1))]
@@ -137,3 +137,25 @@ def test_clip_refuses_a_bound_that_requires_a_gradient(rng):
     m = nn.Maximum(x, lo)
     m.sum().back()
     np.testing.assert_array_equal(lo.g, (x.data < 0.3).astype(float))
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Hessian-vector products (grad(create_graph=True)) against PyTorch's double backward in float64;
+# test_gradgradcheck_every_op checks each op alone against finite differences.
+
+def test_hvp_through_the_elementwise_math_ops(torch, rng):
+    keep = np.array([[True, False, True, True]])
+
+    def ours(a, b):
+        picked = nn.Where(keep, nn.Maximum(a, b) * a.cos(), nn.Minimum(a, b).sin() * b)
+        root = nn.Sqrt(nn.Abs(a) + 1.0) * nn.Clip(a * b, -0.5, 0.7)
+        return (picked * root).sum() + nn.CosineSimilarity(a, b * b).sum()
+
+    def theirs(a, b):
+        picked = torch.where(torch.tensor(keep), torch.maximum(a, b) * a.cos(),
+                             torch.minimum(a, b).sin() * b)
+        root = torch.sqrt(a.abs() + 1.0) * torch.clamp(a * b, -0.5, 0.7)
+        return (picked * root).sum() + torch.cosine_similarity(a, b * b, dim=-1).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 4)), rng.standard_normal((1, 4))],
+                    rng)

@@ -4,7 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.helpers import assert_matches_pytorch
+from tests.ops.helpers import assert_matches_pytorch, assert_same_hvp
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (4, 2, 3, 3), (3, 4, 5)])
@@ -261,3 +261,91 @@ def test_a_negative_or_non_finite_running_statistic_is_refused_by_load_state():
             net.load_state(state)
         np.testing.assert_array_equal(net.stats.running_var, [1.0, 1.0])
         np.testing.assert_array_equal(net.stats.running_mean, [0.0, 0.0])
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Hessian-vector products (grad(create_graph=True)) against PyTorch's double backward in float64,
+# and BatchNorm's running statistics do not move when its gradient graph is built.
+
+def test_layer_norm_hvp_matches_torch(torch, rng):
+    F = torch.nn.functional
+    r = rng.standard_normal((2, 3, 5))
+
+    def ours(x, gamma, beta):
+        return (nn.LayerNorm(x, gamma, beta).tanh() * r).sum()
+
+    def theirs(x, gamma, beta):
+        return (F.layer_norm(x, (5,), gamma, beta).tanh() * torch.tensor(r)).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((2, 3, 5)), rng.standard_normal(5),
+                                   rng.standard_normal(5)], rng)
+
+
+def test_batch_norm_training_hvp_matches_torch(torch, rng):
+    F = torch.nn.functional
+    r = rng.standard_normal((3, 2, 2, 3))
+
+    def ours(x, gamma, beta):
+        return (nn.BatchNorm(x, gamma, beta, nn.BatchNormState(2)) ** 3 * r).sum()
+
+    def theirs(x, gamma, beta):
+        y = F.batch_norm(x, None, None, gamma, beta, training=True, eps=1e-5)
+        return (y ** 3 * torch.tensor(r)).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((3, 2, 2, 3)), rng.standard_normal(2),
+                                   rng.standard_normal(2)], rng)
+
+
+def test_batch_norm_evaluation_uses_the_running_statistics_as_constants(torch, rng):
+    """In evaluation y is affine in x: the only second derivatives are the x–γ cross terms
+    (and those of the cube), with the running statistics as constants."""
+    F = torch.nn.functional
+    state = nn.BatchNormState(3, eps=1e-3)
+    state.running_mean = rng.standard_normal(3)
+    state.running_var = np.abs(rng.standard_normal(3)) + 0.5
+    mean, var = torch.tensor(state.running_mean), torch.tensor(state.running_var)
+    r = rng.standard_normal((4, 3))
+
+    def ours(x, gamma, beta):
+        with nn.eval_mode():
+            return (nn.BatchNorm(x, gamma, beta, state) ** 3 * r).sum()
+
+    def theirs(x, gamma, beta):
+        y = F.batch_norm(x, mean, var, gamma, beta, training=False, eps=1e-3)
+        return (y ** 3 * torch.tensor(r)).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((4, 3)), rng.standard_normal(3),
+                                   rng.standard_normal(3)], rng)
+    np.testing.assert_array_equal(state.running_mean, mean.numpy())     # never updated
+    assert state.num_batches_tracked == 0
+
+
+def test_batch_norm_statistics_do_not_move_when_its_gradients_are_differentiated(rng):
+    state = nn.BatchNormState(2, momentum=0.3)
+    x, gamma = nn.NetVar(rng.standard_normal((4, 2, 3))), nn.NetVar(rng.standard_normal(2))
+    y = nn.BatchNorm(x, gamma, None, state)                 # the one update
+    after_forward = state.running_mean.copy(), state.running_var.copy()
+    assert state.num_batches_tracked == 1
+    dx, dgamma = nn.grad((y * y * y).sum(), [x, gamma], create_graph=True)
+    (dx.sum() + (dgamma * dgamma).sum()).back()
+    assert np.abs(x.g).max() > 1e-3
+    np.testing.assert_array_equal(state.running_mean, after_forward[0])
+    np.testing.assert_array_equal(state.running_var, after_forward[1])
+    assert state.num_batches_tracked == 1
+
+
+def test_batch_norm_gradients_follow_the_mode_it_was_built_in(rng):
+    """A node built in training keeps normalising with its batch statistics when its
+    gradients are built under eval_mode() (and the reverse)."""
+    data, v = rng.standard_normal((5, 2)), rng.standard_normal((5, 2))
+    state = nn.BatchNormState(2)
+    for training in (True, False):
+        found = []
+        for grad_in_eval in (False, True):
+            x = nn.NetVar(data)
+            with nn.train_mode(training):
+                y = nn.BatchNorm(x, None, None, state)
+            with nn.train_mode(not grad_in_eval):
+                (dx,) = nn.grad((y * y * y).sum(), [x], create_graph=True)
+            found.append(nn.grad((dx * v).sum(), [x])[0])
+        np.testing.assert_array_equal(found[0], found[1])

@@ -3,7 +3,8 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
-from tests.ops.helpers import assert_honours_the_upstream_gradient, assert_matches_pytorch
+from tests.ops.helpers import (assert_honours_the_upstream_gradient, assert_matches_pytorch,
+                               assert_same_hvp)
 
 
 @pytest.mark.parametrize("op", [nn.Sum, nn.Mean])
@@ -261,3 +262,64 @@ def test_the_variance_of_integers_is_a_float():
     # the result was cast to x's dtype (for float16): integers gave 1 for 1.556
     x = nn.NetVar(np.array([[1, 2, 4]]), dtype=int)
     assert x.var().data == pytest.approx(np.var([1, 2, 4])) and x.var().dtype == np.float64
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Against PyTorch's double backward in float64 (test_gradgradcheck_every_op checks each op alone
+# against finite differences): the (1, 1) and 0-d edge cases, ties and a zero norm.
+
+def test_a_one_by_one_node_and_a_0d_node(torch, rng):
+    """x is (1, 1); z = x[0, 0] is 0-d: reductions over every axis of both, a stack of 0-d
+    nodes, and 0-d elementwise math."""
+    def ours(x):
+        z = x[0, 0]
+        s = nn.Stack([z, nn.Sqrt(z * z + 2.0), z.sin()])              # (3,)
+        return (nn.LogSumExp(x) * nn.Norm(s) + nn.Max(x) * nn.Min(s * z) + (s * s).sum()
+                + nn.Pad(x * x, 1).sum() * z.cos())
+
+    def theirs(x):
+        z = x[0, 0]
+        s = torch.stack([z, torch.sqrt(z * z + 2.0), z.sin()])
+        return (x.logsumexp(dim=(0, 1)) * s.norm() + x.amax() * (s * z).amin() + (s * s).sum()
+                + torch.nn.functional.pad(x * x, (1, 1, 1, 1)).sum() * z.cos())
+
+    for value in (0.8, -1.3):
+        assert_same_hvp(ours, theirs, [np.array([[value]])], rng)
+
+
+def test_max_and_maximum_ties_split_the_mixed_derivative_as_pytorch(torch, rng):
+    """At ties the shares are constants: d/dg of ⟨v, dx⟩ must split v as torch.amax and
+    torch.maximum do (evenly), and the second derivative in x is zero."""
+    data = np.array([[1.0, 3.0, 3.0, -2.0], [0.5, 0.5, 0.5, 0.5]])
+    other = np.array([[1.0, 0.0, 3.0, 4.0]])
+    v = rng.standard_normal((2, 4))
+    for ours, theirs, arrays in (
+            (lambda x: nn.Max(x, axis=1), lambda x: x.amax(dim=1), [data]),
+            (lambda x, y: nn.Maximum(x, y), lambda x, y: torch.maximum(x, y), [data, other])):
+        nodes = [nn.NetVar(a) for a in arrays]
+        out = ours(*nodes)
+        seed = nn.NetVar(np.ones(out.shape))
+        gx, = nn.grad(out, nodes[:1], g=seed.reshape(out.shape), create_graph=True)
+        dseed, dx = nn.grad((gx * v).sum(), [seed, nodes[0]])
+        tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+        t_out = theirs(*tensors)
+        t_seed = torch.ones(t_out.shape, dtype=torch.float64, requires_grad=True)
+        t_gx, = torch.autograd.grad(t_out, tensors[:1], t_seed, create_graph=True)
+        t_dseed, = torch.autograd.grad((t_gx * torch.tensor(v)).sum(), t_seed)
+        np.testing.assert_allclose(dseed.reshape(t_dseed.shape), t_dseed.numpy(), rtol=1e-12)
+        np.testing.assert_array_equal(dx, np.zeros_like(data))
+
+
+def test_norm_of_a_zero_row_has_zero_second_derivatives_and_the_others_pytorchs(torch, rng):
+    """Where ‖x‖ = 0 the first derivative is the subgradient 0 and so is the second (PyTorch
+    gives NaN there); the other rows are unaffected."""
+    data = np.vstack([np.zeros((1, 3)), rng.standard_normal((2, 3))])
+    v = rng.standard_normal((3, 3))
+    x = nn.NetVar(data)
+    gx, = nn.grad(nn.Norm(x, axis=1).sum() ** 2, [x], create_graph=True)
+    hv, = nn.grad((gx * v).sum(), [x])
+    assert np.all(gx.data[0] == 0) and np.all(hv[0] == 0)
+    t = torch.tensor(data[1:], requires_grad=True)
+    t_gx, = torch.autograd.grad((t.norm(dim=1).sum() + 0.0) ** 2, t, create_graph=True)
+    t_hv, = torch.autograd.grad((t_gx * torch.tensor(v[1:])).sum(), t)
+    np.testing.assert_allclose(hv[1:], t_hv.numpy(), rtol=1e-9)

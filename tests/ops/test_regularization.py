@@ -4,6 +4,7 @@ import pytest
 
 import nnkit as nn
 from tests.conftest import var64
+from tests.ops.helpers import assert_same_hvp
 
 
 @pytest.mark.parametrize("shape", [(4, 5), (1, 7), (2, 3, 4)])
@@ -118,3 +119,37 @@ def test_l2reg_refuses_bad_arguments(rng):
         nn.L2Reg(1.0, [w], 0.1)
     with pytest.raises(ValueError, match=r"L2Reg: batch_size must be a positive int, got True"):
         nn.L2Reg(loss, [w], 0.1, batch_size=True)
+
+
+# ----------------------------------------------------------------------------- Second derivatives
+# Hessian-vector products (grad(create_graph=True)) against PyTorch's double backward in float64.
+
+def test_hvp_through_dropout_uses_its_stored_mask(torch, rng):
+    nn.seed(3)
+    x = nn.NetVar(rng.standard_normal((4, 5)))
+    mask = nn.Dropout(x, 0.4).mask                  # the mask a Dropout node keeps
+    assert (mask == 0).any()
+
+    def ours(x, w):
+        nn.seed(3)      # the same draw, so the same mask
+        return (nn.Sigmoid(nn.Dropout(x * w, 0.4)) * w).sum()
+
+    def theirs(x, w):
+        return (torch.sigmoid(x * w * torch.tensor(mask)) * w).sum()
+
+    assert_same_hvp(ours, theirs, [x.data, rng.standard_normal((1, 5))], rng)
+
+
+def test_hvp_of_l2_regularisation(torch, rng):
+    F = torch.nn.functional
+
+    def ours(x, w, v):
+        loss = nn.Softplus(nn.Multiply(x, w)).sum()
+        return nn.L2Reg(loss, [w, v], 0.3, batch_size=2) * nn.Sigmoid(v).sum()
+
+    def theirs(x, w, v):
+        loss = F.softplus(x @ w).sum()
+        return (loss + 0.3 / 4 * ((w * w).sum() + (v * v).sum())) * torch.sigmoid(v).sum()
+
+    assert_same_hvp(ours, theirs, [rng.standard_normal((2, 3)), rng.standard_normal((3, 2)),
+                                   rng.standard_normal((1, 2))], rng)
