@@ -476,14 +476,17 @@ def test_the_second_derivative_of_a_linear_function_says_why_it_is_refused():
 # Source: pytorch/pytorch#53466, pytorch/pytorch#7034 and tinygrad/tinygrad#9723 ("raise error
 # when setting requires_grad=True on non-float tensors ... the result would be silently wrong").
 # Trap: an integer leaf explicitly asked for a gradient is silently made a constant.
-@pytest.mark.xfail(strict=True, reason=(
-    "NetVar(int data, dtype=int, requires_grad=True) keeps requires_grad=False without a word "
-    "(_init_leaf in nnkit/core.py cannot tell an explicit True from the default). Fix in core.py: "
-    "a requires_grad default of None, and TypeError naming the dtype when True is given for "
-    "integer or boolean data."))
+# The default (requires_grad not given) makes integer data with dtype=int a constant, as labels are.
 def test_an_integer_leaf_asked_for_a_gradient_is_refused():
-    with pytest.raises(TypeError, match=r"NetVar: .*int64.* requires_grad"):
-        nn.NetVar(np.array([1, 2]), dtype=int, requires_grad=True)
+    for data, dtype in ((np.array([1, 2]), int), ([True, False], bool)):
+        with pytest.raises(TypeError, match=rf"NetVar: .*{np.dtype(dtype)}.* requires_grad.*"
+                                            r"float dtype"):
+            nn.NetVar(data, dtype=dtype, requires_grad=True)
+        assert not nn.NetVar(data, dtype=dtype).requires_grad
+        assert not nn.NetVar(data, dtype=dtype, requires_grad=False).requires_grad
+    assert nn.NetVar(np.array([1, 2]), requires_grad=True).dtype == nn.dtype
+    with pytest.raises(TypeError, match=r"NetVar: requires_grad must be True or False, got 'y'"):
+        nn.NetVar([1.0], requires_grad="y")
 
 
 # Source: tinygrad/tinygrad#9723 (integer data given where floats were meant) and
