@@ -140,19 +140,21 @@ def test_a_20000_op_chain_built_in_a_loop_differentiates_twice():
 # Source: pytorch/pytorch#46669 ("Fix recursion depth issue on Graph deepcopy": copying a large
 # graph recursed once per node) and karpathy/micrograd#90.
 # Trap: copy.deepcopy or pickle of a node at the end of a long chain hits RecursionError.
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
-    "NetVar.__deepcopy__ / pickling (nnkit/core.py) recurse once per op through _parents: a "
-    "3000-op chain raises RecursionError. Fix in core.py: copy the graph iteratively in the "
-    "topological order back() already computes (or refuse naming the depth)."))
 def test_copying_or_pickling_the_end_of_a_long_chain():
     x = scalar(0.5)
     y = x
     for _ in range(3000):
         y = y * 1.0001
     twin = copy.deepcopy(y)
-    thawed = pickle.loads(pickle.dumps(y))
-    for node in (twin, thawed):
-        assert node.data.item() == y.data.item()
+    twin_x = twin
+    while twin_x.parents:
+        twin_x = twin_x.parents[0]
+    thawed_x, thawed = pickle.loads(pickle.dumps((x, y)))     # x stays thawed's leaf
+    for node, leaf in ((twin, twin_x), (thawed, thawed_x)):
+        assert node.data.item() == y.data.item() and node.index > node.parents[0].index
+        node.back()
+        assert leaf is not x and leaf.g.item() == pytest.approx(1.0001 ** 3000, rel=1e-12)
+    assert not x.g.any()
 
 
 # Source: pytorch/pytorch#9634 ('Model only has gradients when "x = x + bias" and not when
