@@ -70,7 +70,6 @@ class NetVar(ArrayLike, Copyable):
     # .g read made; _received: what an op's further outputs handed it in this pass.
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
                  "_version", "_pversion", "_name", "_gread", "_received", "__weakref__")
-    __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
 
     def __init__(self, data, requires_grad=None, dtype=None, name=None):
         # A node's data is copied: two nodes sharing one array would miss each other's edits

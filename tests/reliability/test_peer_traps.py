@@ -269,16 +269,35 @@ def test_a_numpy_function_that_would_drop_the_gradient_is_refused(call, spelling
 # has no attribute 'exp'", which users could not act on).
 # Trap: a NumPy ufunc given a node raises NumPy's "operand 'NetVar' does not support ufuncs",
 # naming neither the function, the node's shape nor nnkit's op.
-@pytest.mark.xfail(strict=True, reason=(
-    "NetVar.__array_ufunc__ = None (nnkit/core.py) leaves the message to NumPy. Fix in core.py: "
-    "an __array_ufunc__ that hands the operator ufuncs (add, subtract, multiply, divide, matmul, "
-    "power, comparisons) with a node on the right to NetVar's reflected operators, and refuses "
-    "every other ufunc naming it, the node and nnkit's op (x.exp(), nn.Tanh(x), ...)."))
 def test_a_numpy_ufunc_of_a_node_names_the_function_and_nnkits_op():
     x = leaf([[0.5, -1.0, 2.0]])
     with pytest.raises(TypeError, match=r"numpy\.exp\(\): NetVar #\d+ of shape \(1, 3\).*"
                                         r"x\.exp\(\)"):
         np.exp(x)
+    for call, spelling in ((np.tanh, r"numpy\.tanh\(\): .*x\.tanh\(\)"),
+                           (lambda v: np.maximum(v, 0.0), r"numpy\.maximum\(\): .*nn\.Maximum"),
+                           (np.add.reduce, r"numpy\.add\.reduce\(\): .*x\.sum\(axis\)"),
+                           (lambda v: np.add(v, 1.0, dtype=np.float32), r"numpy\.add\(\): ")):
+        with pytest.raises(TypeError, match=spelling + r".*np\.asarray\(x\) gives the values"):
+            call(x)
+    a = np.array([[2.0, 4.0, 8.0]])
+    with pytest.raises(TypeError, match=r"numpy\.add\(\): NetVar #\d+ .*a = a \+ x"):
+        a += x                            # would write x's values into a, dropping the gradient
+    # the operators' ufuncs are the node's operators: an array on the left gives a node
+    for node, values in ((a + x, a + x.data), (a - x, a - x.data), (a * x, a * x.data),
+                         (a / x, a / x.data), (np.ones((2, 1)) @ x, np.ones((2, 1)) @ x.data),
+                         (np.float64(3.0) * x, 3.0 * x.data), (np.negative(x), -x.data),
+                         (np.abs(x), abs(x.data))):
+        assert isinstance(node, nn.NetVar) and node.requires_grad
+        np.testing.assert_array_equal(node.data, values)
+    assert type(a < x) is nn.NetVar and not (a < x).requires_grad
+    np.testing.assert_array_equal((a < x).data, a < x.data)
+    (a * x).sum().back()
+    np.testing.assert_array_equal(x.g, a)
+    # constants (nothing to lose) compute on their values, as NumPy's functions do
+    constant = leaf(x.data, requires_grad=False)
+    np.testing.assert_array_equal(np.exp(constant), np.exp(x.data))
+    assert np.isnan(x).tolist() == [[False, False, False]]
 
 
 # ============================================================================ losses
