@@ -13,7 +13,7 @@ import numpy
 
 from . import backend
 from .arraylike import ArrayLike, as_op_array, not_nodes_error
-from .dtypes import as_array, operand_array
+from .dtypes import as_array, operand_array, wants_gradient
 from .gradients import conform, owned_copy, seed_gradient
 from .modes import state as _modes, threads_without_grad as _grad_off
 from .nodecopy import Copyable
@@ -58,10 +58,11 @@ def constant(value, like=None, dtype=None):
 class NetVar(ArrayLike, Copyable):
     """A node holding an array ``data`` and, after ``back()``, its gradient ``g``.
 
-    ``NetVar(data, requires_grad=True, dtype=None, name=None)``: 1-D data becomes a row
+    ``NetVar(data, requires_grad=None, dtype=None, name=None)``: 1-D data becomes a row
     ``(1, n)``, scalars ``(1, 1)``. Float arrays keep their dtype (and memory); lists, numbers and
     int/bool data become ``nnkit.dtype`` unless ``dtype=`` says otherwise (``dtype=int`` for
-    labels, which need no gradient). ``requires_grad=False`` marks inputs and targets.
+    labels: a constant, refused with ``requires_grad=True``). ``requires_grad``: float data
+    requires a gradient unless it is False, which marks inputs and targets.
     """
     # An op node sets only what the engine reads on every node (_data, _g, requires_grad,
     # _parents, _index; _pversion with parents): three writes fewer made a tiny op 2-3% faster.
@@ -69,19 +70,16 @@ class NetVar(ArrayLike, Copyable):
     # .g read made; _received: what an op's further outputs handed it in this pass.
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
                  "_version", "_pversion", "_name", "_gread", "_received", "__weakref__")
-    __array_ufunc__ = None        # `array + node` defers to NetVar.__radd__
 
-    def __init__(self, data, requires_grad=True, dtype=None, name=None):
-        if not isinstance(requires_grad, (bool, numpy.bool_)):
-            raise TypeError(f"NetVar: requires_grad must be True or False, got {requires_grad!r}")
+    def __init__(self, data, requires_grad=None, dtype=None, name=None):
         # A node's data is copied: two nodes sharing one array would miss each other's edits
         data = as_array(data._data.copy() if isinstance(data, NetVar) else data, dtype)
         if data.ndim < 2:
             data = data.reshape(1, -1) if data.ndim == 1 else data.reshape(1, 1)
+        self.requires_grad = wants_gradient(requires_grad, data.dtype)
         self._data = data
         self._g = None
         self._gshared = False
-        self.requires_grad = bool(requires_grad) and data.dtype.kind in "fc"
         self._parents = ()
         self._index = next(_counter)
         self._version = 0

@@ -64,6 +64,21 @@ def as_array(data, dtype=None, owner="NetVar"):
     return array
 
 
+def wants_gradient(requires_grad, dtype, owner="NetVar"):
+    """Whether a leaf of ``dtype`` requires a gradient: ``requires_grad`` as given (True or False)
+    or, when None (not given), whether ``dtype`` is a float type. Only floats have a gradient: an
+    explicit True for integer or boolean data is refused (it was silently made a constant)."""
+    if requires_grad is None:
+        return dtype.kind in "fc"
+    if not isinstance(requires_grad, (bool, numpy.bool_)):
+        raise TypeError(f"{owner}: requires_grad must be True or False, got {requires_grad!r}")
+    if requires_grad and dtype.kind not in "fc":
+        raise TypeError(f"{owner}: data of dtype {dtype} has no gradient (only floats have one), "
+                        "so requires_grad=True is refused; give a float dtype (leave dtype= out "
+                        "for nnkit.dtype) or leave requires_grad out")
+    return bool(requires_grad)
+
+
 def operand_array(value, like=None, dtype=None):
     """The array of a constant operand ``value`` beside the array ``like`` (``constant()``).
 

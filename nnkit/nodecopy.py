@@ -4,8 +4,21 @@ A copy is a node of its own: a creation index of its own (drawings and traces te
 by it) and, for ``copy.copy``, its own data and gradient arrays (two nodes sharing one array
 would miss each other's edits). What a copy must renew in the engine's bookkeeping is the
 engine's to say: ``_renew``, which core.py's NetVar defines.
+
+Copying or pickling a node copies the nodes it was computed from, and Python's copy and pickle
+do that by recursing through each node's parents, once per op: a chain of a few thousand ops
+overflowed the stack. So the graph's nodes are copied (pickled) first, oldest first: each then
+finds its parents done, and the recursion stays one node deep.
 """
 import copy
+import operator
+import threading
+import weakref
+
+_creation_index = operator.attrgetter("_index")
+# Pickle does not tell a node what it has written already, so the node that lays out its graph
+# notes the nodes it hands pickle (id -> weak reference): each is then pickled as it is.
+_laid_out = threading.local()
 
 
 def attributes(node):
@@ -17,6 +30,38 @@ def attributes(node):
             if name != "__weakref__" and hasattr(node, name):
                 yield name, getattr(node, name)
     yield from getattr(node, "__dict__", {}).items()
+
+
+def ancestors(node):
+    """The nodes ``node`` was computed from, all the way back, oldest first (by creation index,
+    so that each comes after its parents). Not core's ``collect``: this module lies below the
+    engine, and copies are not on back()'s hot path."""
+    found, stack = set(), list(node._parents)
+    while stack:
+        parent = stack.pop()
+        if parent not in found:
+            found.add(parent)
+            stack.extend(parent._parents)
+    return sorted(found, key=_creation_index)
+
+
+def built_after(older, make, args):
+    """Unpickling: ``make(*args)``, the node itself, once ``older`` (its graph) is built."""
+    return make(*args)
+
+
+class _LaidOut:
+    """The end of a laid-out graph: pickling it drops the notes left for the nodes pickle had
+    written already (it never asks those again); unpickled, it is None."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __reduce__(self):
+        pending = _laid_out.nodes
+        for key in self.ids:
+            pending.pop(key, None)
+        return type(None), ()
 
 
 class Copyable:
@@ -31,6 +76,10 @@ class Copyable:
     def __deepcopy__(self, memo):
         """An independent copy (data, gradient, parents copied) with a creation index of its
         own, larger than its parents' copies'."""
+        if any(id(parent) not in memo for parent in self._parents):
+            for node in ancestors(self):      # oldest first: each finds its parents copied
+                if id(node) not in memo:
+                    copy.deepcopy(node, memo)
         clone = object.__new__(type(self))
         memo[id(self)] = clone
         for name, value in attributes(self):
@@ -45,6 +94,21 @@ class Copyable:
             setattr(clone, name, value)
         clone._renew("copy")
         return clone
+
+    def __reduce_ex__(self, protocol):
+        """Python's pickling of the node, but the first node of a graph that pickle meets has
+        the rest pickled first, oldest first, then is built after them (``built_after``)."""
+        reduced = super().__reduce_ex__(protocol)
+        pending = getattr(_laid_out, "nodes", None)
+        if pending is None:
+            pending = _laid_out.nodes = {}
+        noted = pending.pop(id(self), None)
+        if (noted is not None and noted() is self) or not self._parents:
+            return reduced
+        older = [node for node in ancestors(self) if id(node) not in pending]
+        pending.update((id(node), weakref.ref(node)) for node in older)
+        older.append(_LaidOut([id(node) for node in older]))
+        return (built_after, (older, *reduced[:2]), *reduced[2:])
 
     def __setstate__(self, state):
         """Unpickling: the attributes, then the engine's bookkeeping of a node built now (the

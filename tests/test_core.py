@@ -766,6 +766,26 @@ def test_an_unpickled_graph_counts_as_built_in_this_process():
     np.testing.assert_array_equal(w3.g, [[2.0, 4.0]])
 
 
+def test_a_long_chain_pickled_beside_its_middle_pickles_again_alone():
+    # pickling lays a graph out oldest first, noting the nodes it hands pickle; the ones pickle
+    # had met already (the middle's graph) must be forgotten, or pickling the middle alone later
+    # recursed through its 2000 parents again
+    import pickle
+    middle = nn.NetVar([[1.0]])
+    for _ in range(2000):
+        middle = middle * 1.0001
+    y = middle
+    for _ in range(1000):
+        y = y * 1.0001
+    blob = pickle.dumps((middle, y))
+    thawed_middle, thawed = pickle.loads(blob)
+    assert thawed.parents[0].parents[0] is not middle
+    node = thawed
+    while node is not thawed_middle:      # the middle is the thawed chain's own node
+        node = node.parents[0]
+    assert pickle.loads(pickle.dumps(middle)).data.item() == middle.data.item()
+
+
 @pytest.mark.parametrize("bias", [None, np.ones((1, 2))])
 def test_a_user_op_given_a_parent_that_is_not_a_node_is_refused_naming_it(bias):
     # accepted when built (the parent loop stopped at the first that needs a gradient), it

@@ -22,10 +22,10 @@ __all__ = ['from_dlpack']
 _CPU, _CUDA, _CUDA_HOST = 1, 2, 3       # DLPack's device types
 
 
-def from_dlpack(x, requires_grad=True, dtype=None, copy=None):
+def from_dlpack(x, requires_grad=None, dtype=None, copy=None):
     """A leaf node holding the array of ``x``, any DLPack producer (a ``torch.Tensor``, a NumPy
-    or CuPy array, a JAX array, ...): a parameter (``requires_grad=True``, the default, as
-    ``NetVar``) or a constant.
+    or CuPy array, a JAX array, ...): a parameter or a constant, as ``NetVar``'s
+    ``requires_grad`` says (by default float data is a parameter, integer data a constant).
 
     Without a copy where possible: the node and ``x`` share memory, on the host (NumPy) or on
     a GPU (CuPy; a CUDA producer needs CuPy). A copy is made, so that the node owns its data,

@@ -243,7 +243,9 @@ def _topology_constants(topology):
 def _leaf(array, requires_grad=True):
     """A new leaf holding a copy of ``array`` (its shape and dtype as they are): a parameter,
     or a constant of the topology (class indices stay integers)."""
-    p = NetVar(array.copy(), requires_grad=requires_grad, dtype=array.dtype)
+    # (an integer array is a constant whatever the file says: older files flag no constants)
+    p = NetVar(array.copy(), requires_grad=requires_grad and array.dtype.kind in "fc",
+               dtype=array.dtype)
     if p.shape != array.shape:          # NetVar makes 1-D data a row
         p.data = array.copy()
     return p

@@ -5,9 +5,10 @@ Every entry builds the op of the same name (``x.sum(1)`` is ``Sum(x, 1)``), with
 written once, below: the fast path of ``+ − × ÷``. Comparisons give boolean constants (no
 gradient), usable as masks and with ``Where``. The methods take ``**keywords`` only to answer
 PyTorch's spellings (``dim=``, ``keepdim=``) with nnkit's; PyTorch's attribute names
-(``backward``, ``grad``, ...) raise AttributeError naming nnkit's. NumPy's functions given a node
-that requires a gradient (``np.sum(w)``, ``np.dot(a, w)``), which would drop the gradient, and
-``2.0 ** x`` raise TypeError naming nnkit's spelling.
+(``backward``, ``grad``, ...) raise AttributeError naming nnkit's. NumPy's operators with an array
+on the left (``a + x``, ``a @ x``, ``a < x``) are the node's own; NumPy's functions and ufuncs
+given a node that requires a gradient (``np.sum(w)``, ``np.dot(a, w)``, ``np.exp(x)``), which
+would drop the gradient, and ``2.0 ** x`` raise TypeError naming nnkit's spelling.
 """
 import operator
 
@@ -163,11 +164,12 @@ def _spelled_differently(name, spelling):
 
 # NumPy's functions given a node computed on its values and returned an array, so the gradient
 # was lost without a word (np.dot(a, w), np.concatenate, np.where, np.clip), or failed inside the
-# node's own method (np.sum(w) passes out= to w.sum). Given a node that requires a gradient they
-# are refused, naming nnkit's spelling, except those whose result is nothing to differentiate
-# (comparisons, shapes, indices, saving); given constants only, they compute on the values as
-# before. np.asarray(x) gives the values, on purpose. (NumPy's ufuncs, np.exp(x), are refused by
-# NetVar.__array_ufunc__ = None.)
+# node's own method (np.sum(w) passes out= to w.sum); its ufuncs failed naming neither function
+# nor cure (np.exp(x): "operand 'NetVar' does not support ufuncs"). Given a node that requires a
+# gradient both are refused, naming nnkit's spelling, except those whose result is nothing to
+# differentiate (comparisons, shapes, indices, saving); given constants only, they compute on the
+# values as before. np.asarray(x) gives the values, on purpose. The operators' ufuncs (a + x with
+# an array a) are the node's operators (_OPERATOR_UFUNCS).
 _NUMPY_SPELLINGS = {
     "sum": "x.sum(axis)", "mean": "x.mean(axis)", "max": "x.max(axis)", "amax": "x.max(axis)",
     "min": "x.min(axis)", "amin": "x.min(axis)", "var": "x.var(axis, ddof=0)",
@@ -177,10 +179,31 @@ _NUMPY_SPELLINGS = {
     "where": "nn.Where(cond, a, b)", "clip": "x.clip(lo, hi)", "reshape": "x.reshape(...)",
     "ravel": "x.reshape(-1)", "transpose": "x.T or x.transpose(...)",
     "broadcast_to": "x.broadcast_to(shape)", "pad": "nn.Pad(x, pad_width)",
+    # ufuncs, and a ufunc's method after a dot (np.add.reduce)
+    "exp": "x.exp()", "log": "x.log()", "sqrt": "x.sqrt()", "sin": "x.sin()", "cos": "x.cos()",
+    "tanh": "x.tanh() (nn.Tanh)", "absolute": "abs(x)", "fabs": "abs(x)",
+    "maximum": "nn.Maximum(a, b)", "fmax": "nn.Maximum(a, b)", "minimum": "nn.Minimum(a, b)",
+    "fmin": "nn.Minimum(a, b)", "square": "x * x", "reciprocal": "1 / x", "log1p": "(1 + x).log()",
+    "expm1": "x.exp() - 1", "add.reduce": "x.sum(axis)", "maximum.reduce": "x.max(axis)",
+    "minimum.reduce": "x.min(axis)",
+    **{name: f"a = a {sign} x (a new node; a {sign}= x writes into the array a)" for name, sign in
+       (("add", "+"), ("subtract", "-"), ("multiply", "*"), ("divide", "/"))},
 }
 _VALUES_ONLY = {"shape", "ndim", "size", "allclose", "isclose", "array_equal", "array_equiv",
                 "argmax", "argmin", "argsort", "array2string", "array_repr", "array_str",
-                "save", "savez", "savez_compressed", "savetxt"}
+                "save", "savez", "savez_compressed", "savetxt",
+                "isnan", "isinf", "isfinite", "signbit"}
+# NumPy's operator ufunc -> the node's operator and its reflected twin: NumPy hands `c + x` (an
+# array c, a node x) to x.__array_ufunc__ as np.add(c, x), which hands it on to x.__radd__(c).
+_OPERATOR_UFUNCS = {
+    "add": ("__add__", "__radd__"), "subtract": ("__sub__", "__rsub__"),
+    "multiply": ("__mul__", "__rmul__"), "divide": ("__truediv__", "__rtruediv__"),
+    "matmul": ("__matmul__", "__rmatmul__"), "power": ("__pow__", "__rpow__"),
+    "less": ("__lt__", "__gt__"), "less_equal": ("__le__", "__ge__"),
+    "greater": ("__gt__", "__lt__"), "greater_equal": ("__ge__", "__le__"),
+    "equal": ("__eq__", "__eq__"), "not_equal": ("__ne__", "__ne__"),
+    "negative": ("__neg__",), "absolute": ("__abs__",),
+}
 
 
 def _values(item):
@@ -201,16 +224,42 @@ def _trained(item):
     return None
 
 
-def _array_function(self, func, types, args, kwargs):
-    name = func.__name__
+def _on_values(function, module, name, args, kwargs):
+    """``function(*args, **kwargs)`` on the nodes' values, unless a node in them requires a
+    gradient: then refused, naming ``module.name`` and nnkit's spelling."""
     node = None if name in _VALUES_ONLY else _trained([*args, *kwargs.values()])
     if node is None:
-        return func(*_values(args), **{key: _values(value) for key, value in kwargs.items()})
+        return function(*_values(args), **{key: _values(value) for key, value in kwargs.items()})
     cure = (f"nnkit spells it {_NUMPY_SPELLINGS[name]}" if name in _NUMPY_SPELLINGS
             else "build it from nnkit's ops")
-    raise TypeError(f"{func.__module__}.{name}(): {node._describe()} is a node, and NumPy would "
-                    f"compute on its values and lose its gradient; {cure} (np.asarray(x) gives "
-                    "the values alone)")
+    raise TypeError(f"{module}.{name}(): {node._describe()} is a node, and NumPy would compute "
+                    f"on its values and lose its gradient; {cure} (np.asarray(x) gives the values "
+                    "alone)")
+
+
+def _array_function(self, func, types, args, kwargs):
+    return _on_values(func, func.__module__, func.__name__, args, kwargs)
+
+
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    methods = _OPERATOR_UFUNCS.get(ufunc.__name__) if method == "__call__" else None
+    if methods and not kwargs and len(inputs) == len(methods):
+        if len(inputs) == 1:
+            return getattr(inputs[0], methods[0])()
+        c, x = inputs                     # np.add(c, x): c + x, or x + c when c is a node too
+        return getattr(c, methods[0])(x) if isinstance(c, NetVar) else getattr(x, methods[1])(c)
+    name = ufunc.__name__ if method == "__call__" else f"{ufunc.__name__}.{method}"
+    return _on_values(getattr(ufunc, method), ufunc.__module__, name, inputs, kwargs)
+
+
+class _ArrayUfunc:
+    """``NetVar.__array_ufunc__``: ``_array_ufunc`` read from the class, None read from a node.
+    NumPy reads it from the class (a special method) and calls it for ``np.exp(x)`` and ``a + x``.
+    CuPy reads it from the node: None, or it would compute ``gpu_array + x`` itself, taking x
+    for a number, instead of handing it to ``x.__radd__``."""
+
+    def __get__(self, node, owner=None):
+        return _array_ufunc if node is None else None
 
 
 # ----------------------------------------------------------------------------- the table
@@ -244,8 +293,8 @@ SURFACE = {
     "astype": lambda x, dtype: AsType(x, dtype),
     "__getitem__": lambda x, index: GetItem(x, index), "flatten": _flatten,
     "expand": _expand, "broadcast_to": lambda x, shape: Broadcast(x, shape),
-    # NumPy's functions (np.sum(w), np.dot(a, w), ...) given a trained node: refused
-    "__array_function__": _array_function,
+    # NumPy's functions (np.sum(w), np.dot(a, w), ...) and ufuncs (np.exp(x), a + x) given a node
+    "__array_function__": _array_function, "__array_ufunc__": _ArrayUfunc(),
 }
 
 SURFACE.update({name: _spelled_differently(name, spelling)

@@ -140,19 +140,21 @@ def test_a_20000_op_chain_built_in_a_loop_differentiates_twice():
 # Source: pytorch/pytorch#46669 ("Fix recursion depth issue on Graph deepcopy": copying a large
 # graph recursed once per node) and karpathy/micrograd#90.
 # Trap: copy.deepcopy or pickle of a node at the end of a long chain hits RecursionError.
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
-    "NetVar.__deepcopy__ / pickling (nnkit/core.py) recurse once per op through _parents: a "
-    "3000-op chain raises RecursionError. Fix in core.py: copy the graph iteratively in the "
-    "topological order back() already computes (or refuse naming the depth)."))
 def test_copying_or_pickling_the_end_of_a_long_chain():
     x = scalar(0.5)
     y = x
     for _ in range(3000):
         y = y * 1.0001
     twin = copy.deepcopy(y)
-    thawed = pickle.loads(pickle.dumps(y))
-    for node in (twin, thawed):
-        assert node.data.item() == y.data.item()
+    twin_x = twin
+    while twin_x.parents:
+        twin_x = twin_x.parents[0]
+    thawed_x, thawed = pickle.loads(pickle.dumps((x, y)))     # x stays thawed's leaf
+    for node, leaf in ((twin, twin_x), (thawed, thawed_x)):
+        assert node.data.item() == y.data.item() and node.index > node.parents[0].index
+        node.back()
+        assert leaf is not x and leaf.g.item() == pytest.approx(1.0001 ** 3000, rel=1e-12)
+    assert not x.g.any()
 
 
 # Source: pytorch/pytorch#9634 ('Model only has gradients when "x = x + bias" and not when
@@ -267,16 +269,35 @@ def test_a_numpy_function_that_would_drop_the_gradient_is_refused(call, spelling
 # has no attribute 'exp'", which users could not act on).
 # Trap: a NumPy ufunc given a node raises NumPy's "operand 'NetVar' does not support ufuncs",
 # naming neither the function, the node's shape nor nnkit's op.
-@pytest.mark.xfail(strict=True, reason=(
-    "NetVar.__array_ufunc__ = None (nnkit/core.py) leaves the message to NumPy. Fix in core.py: "
-    "an __array_ufunc__ that hands the operator ufuncs (add, subtract, multiply, divide, matmul, "
-    "power, comparisons) with a node on the right to NetVar's reflected operators, and refuses "
-    "every other ufunc naming it, the node and nnkit's op (x.exp(), nn.Tanh(x), ...)."))
 def test_a_numpy_ufunc_of_a_node_names_the_function_and_nnkits_op():
     x = leaf([[0.5, -1.0, 2.0]])
     with pytest.raises(TypeError, match=r"numpy\.exp\(\): NetVar #\d+ of shape \(1, 3\).*"
                                         r"x\.exp\(\)"):
         np.exp(x)
+    for call, spelling in ((np.tanh, r"numpy\.tanh\(\): .*x\.tanh\(\)"),
+                           (lambda v: np.maximum(v, 0.0), r"numpy\.maximum\(\): .*nn\.Maximum"),
+                           (np.add.reduce, r"numpy\.add\.reduce\(\): .*x\.sum\(axis\)"),
+                           (lambda v: np.add(v, 1.0, dtype=np.float32), r"numpy\.add\(\): ")):
+        with pytest.raises(TypeError, match=spelling + r".*np\.asarray\(x\) gives the values"):
+            call(x)
+    a = np.array([[2.0, 4.0, 8.0]])
+    with pytest.raises(TypeError, match=r"numpy\.add\(\): NetVar #\d+ .*a = a \+ x"):
+        a += x                            # would write x's values into a, dropping the gradient
+    # the operators' ufuncs are the node's operators: an array on the left gives a node
+    for node, values in ((a + x, a + x.data), (a - x, a - x.data), (a * x, a * x.data),
+                         (a / x, a / x.data), (np.ones((2, 1)) @ x, np.ones((2, 1)) @ x.data),
+                         (np.float64(3.0) * x, 3.0 * x.data), (np.negative(x), -x.data),
+                         (np.abs(x), abs(x.data))):
+        assert isinstance(node, nn.NetVar) and node.requires_grad
+        np.testing.assert_array_equal(node.data, values)
+    assert type(a < x) is nn.NetVar and not (a < x).requires_grad
+    np.testing.assert_array_equal((a < x).data, a < x.data)
+    (a * x).sum().back()
+    np.testing.assert_array_equal(x.g, a)
+    # constants (nothing to lose) compute on their values, as NumPy's functions do
+    constant = leaf(x.data, requires_grad=False)
+    np.testing.assert_array_equal(np.exp(constant), np.exp(x.data))
+    assert np.isnan(x).tolist() == [[False, False, False]]
 
 
 # ============================================================================ losses
@@ -476,14 +497,17 @@ def test_the_second_derivative_of_a_linear_function_says_why_it_is_refused():
 # Source: pytorch/pytorch#53466, pytorch/pytorch#7034 and tinygrad/tinygrad#9723 ("raise error
 # when setting requires_grad=True on non-float tensors ... the result would be silently wrong").
 # Trap: an integer leaf explicitly asked for a gradient is silently made a constant.
-@pytest.mark.xfail(strict=True, reason=(
-    "NetVar(int data, dtype=int, requires_grad=True) keeps requires_grad=False without a word "
-    "(_init_leaf in nnkit/core.py cannot tell an explicit True from the default). Fix in core.py: "
-    "a requires_grad default of None, and TypeError naming the dtype when True is given for "
-    "integer or boolean data."))
+# The default (requires_grad not given) makes integer data with dtype=int a constant, as labels are.
 def test_an_integer_leaf_asked_for_a_gradient_is_refused():
-    with pytest.raises(TypeError, match=r"NetVar: .*int64.* requires_grad"):
-        nn.NetVar(np.array([1, 2]), dtype=int, requires_grad=True)
+    for data, dtype in ((np.array([1, 2]), int), ([True, False], bool)):
+        with pytest.raises(TypeError, match=rf"NetVar: .*{np.dtype(dtype)}.* requires_grad.*"
+                                            r"float dtype"):
+            nn.NetVar(data, dtype=dtype, requires_grad=True)
+        assert not nn.NetVar(data, dtype=dtype).requires_grad
+        assert not nn.NetVar(data, dtype=dtype, requires_grad=False).requires_grad
+    assert nn.NetVar(np.array([1, 2]), requires_grad=True).dtype == nn.dtype
+    with pytest.raises(TypeError, match=r"NetVar: requires_grad must be True or False, got 'y'"):
+        nn.NetVar([1.0], requires_grad="y")
 
 
 # Source: tinygrad/tinygrad#9723 (integer data given where floats were meant) and
