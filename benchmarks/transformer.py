@@ -204,11 +204,13 @@ def layer_norm(x, gamma, beta, eps=1e-5):
 
 def layer_norm_back(g, xhat, inv, gamma):
     """(dx, dγ, dβ) of a LayerNorm for its upstream gradient g."""
-    dgamma = (g * xhat).sum(axis=0, keepdims=True)
+    product = g * xhat
+    dgamma = product.sum(axis=0, keepdims=True)
     dbeta = g.sum(axis=0, keepdims=True)
+    product *= gamma
     d = g * gamma
     d -= d.mean(axis=-1, keepdims=True)
-    d -= xhat * (g * gamma * xhat).mean(axis=-1, keepdims=True)
+    d -= np.multiply(xhat, product.mean(axis=-1, keepdims=True), out=product)
     d *= inv
     return d, dgamma, dbeta
 
@@ -252,8 +254,15 @@ class NumpyLM:
             n2, xhat2, inv2 = layer_norm(h, P[p + "norm2.gamma"], P[p + "norm2.beta"])
             u = n2 @ P[p + "linear1.W"]
             u += P[p + "linear1.b"]
-            tanh = np.tanh(GELU_C * (u + GELU_K * u * u * u))
-            a = 0.5 * u * (1 + tanh)
+            tanh = u * GELU_K                           # tanh(c·(u + k u³)), in place
+            tanh *= u
+            tanh *= u
+            tanh += u
+            tanh *= GELU_C
+            np.tanh(tanh, out=tanh)
+            a = tanh + 1
+            a *= u
+            a *= 0.5
             f = a @ P[p + "linear2.W"]
             f += P[p + "linear2.b"]
             h = h + f
@@ -279,8 +288,18 @@ class NumpyLM:
             n1, xhat1, inv1, attention_back, O, n2, xhat2, inv2, u, tanh, a = saved[i]
             G[p + "linear2.W"], G[p + "linear2.b"] = a.T @ d, d.sum(axis=0, keepdims=True)
             du = d @ P[p + "linear2.W"].T
-            du *= 0.5 * (1 + tanh) + 0.5 * u * (1 - tanh * tanh) * GELU_C * (
-                1 + 3 * GELU_K * u * u)
+            slope = tanh * tanh                         # GELU's slope, in two arrays
+            np.subtract(1, slope, out=slope)
+            slope *= u
+            slope *= 0.5 * GELU_C
+            other = u * u
+            other *= 3 * GELU_K
+            other += 1
+            slope *= other
+            np.add(tanh, 1, out=other)
+            other *= 0.5
+            slope += other
+            du *= slope
             G[p + "linear1.W"], G[p + "linear1.b"] = n2.T @ du, du.sum(axis=0, keepdims=True)
             dn, G[p + "norm2.gamma"], G[p + "norm2.beta"] = layer_norm_back(
                 du @ P[p + "linear1.W"].T, xhat2, inv2, P[p + "norm2.gamma"])
@@ -296,8 +315,12 @@ class NumpyLM:
             dn, G[p + "norm1.gamma"], G[p + "norm1.beta"] = layer_norm_back(
                 dn1, xhat1, inv1, P[p + "norm1.gamma"])
             d += dn
+        tokens = x.reshape(-1)                          # rows of equal tokens summed
+        order = np.argsort(tokens, kind="stable")
+        ordered = tokens[order]
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
         table = np.zeros_like(P["embed.table"])
-        np.add.at(table, x.reshape(-1), d)
+        table[ordered[starts]] = np.add.reduceat(d[order], starts, axis=0)
         G["embed.table"] = table
         return loss
 
