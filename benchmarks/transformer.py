@@ -9,8 +9,17 @@ PyTorch (``nn.TransformerEncoderLayer(norm_first=True)`` with ``gelu(approximate
 ``adam_numpy`` as W2), all from the same float32 weights, checked equal (the gradients, then the
 weights after a step) before timing. Target: nnkit's eager step no slower than PyTorch's (the
 median over rounds of nnkit / PyTorch at most 1).
+
+A second row times the same in a child process whose glibc malloc keeps the memory the step
+frees (``KEEP_FREED_MEMORY``): how much of each contender's time goes to the fresh pages the
+default allocator hands out again at every step (no target; the first row is what users get).
 """
+import json
 import math
+import os
+import platform
+import subprocess
+import sys
 
 import numpy as np
 
@@ -335,9 +344,9 @@ class NumpyLM:
         return {name: arrays(name) for name in self.params}
 
 
-def transformer_rows(rounds, number=2):
-    """W10's row: steps per second of each contender and the ratios (target: nnkit no slower
-    than PyTorch)."""
+def step_times(rounds, number=2):
+    """Check the contenders equal (gradients, then the weights after one Adam step) and time
+    their steps interleaved: name -> seconds per step, one per round."""
     weights = make_weights()
     x, y = make_tokens()
     numpy_model, ours = NumpyLM(weights), NnkitLM(weights)
@@ -347,7 +356,6 @@ def transformer_rows(rounds, number=2):
     names = list(reference)
     check_close("W10", [ours.named(lambda p: p.g)[n] for n in names],
                 [reference[n] for n in names], rtol=1e-3, atol=1e-5)
-    models = {"nnkit": ours, "numpy": numpy_model}
     torch = optional_torch()
     if torch is not None:
         theirs = torch_lm(torch, weights)
@@ -355,7 +363,6 @@ def transformer_rows(rounds, number=2):
         got = theirs.named(lambda p: p.grad.numpy())
         check_close("W10 (PyTorch)", [got[n] for n in names], [reference[n] for n in names],
                     rtol=1e-3, atol=1e-5)
-        models["torch"] = theirs
     fresh = {"nnkit": NnkitLM(weights), "numpy": NumpyLM(weights)}
     if torch is not None:
         fresh["torch"] = torch_lm(torch, weights)
@@ -372,16 +379,56 @@ def transformer_rows(rounds, number=2):
         got = fresh["torch"].named(lambda p: p.detach().numpy())
         check_close("W10 after one Adam step (PyTorch)", [got[n] for n in names],
                     [after[n] for n in names], rtol=1e-5, atol=0.05 * LR)
-    times = interleaved({name: (lambda m=model: m.step(x, y)) for name, model in fresh.items()},
-                        rounds, number)
-    steps_per_second = {name: [1 / s for s in t] for name, t in times.items()}
-    row = Row("W10 char Transformer LM step (2 layers, dim 64, T 64, B 32, Adam)", "steps/s",
-              1.0, steps_per_second)
-    # steps per second: the ratios of times are the inverse ratios of rates
+    return interleaved({name: (lambda m=model: m.step(x, y)) for name, model in fresh.items()},
+                       rounds, number)
+
+
+def steps_row(label, times):
+    """The row of steps per second; the ratios are of times (the inverse ratios of rates)."""
+    row = Row(label, "steps/s", 1.0, {name: [1 / s for s in t] for name, t in times.items()})
     row.ratio = median_ratio(times["nnkit"], times["numpy"])
     if "torch" in times:
         row.torch_ratio = median_ratio(times["torch"], times["numpy"])
         against = median_ratio(times["nnkit"], times["torch"])
         row.target, row.met = "<= PyTorch", against <= 1.0
         row.note = f"nnkit / PyTorch {against:.3f}x in time (median over rounds)"
-    return [row]
+    return row
+
+
+# glibc's malloc gives the pages of a freed array of 2 MB or more back to the system at once, and
+# those of smaller ones when much is free at the top of its heap: a training step that frees its
+# graph at the end gets fresh pages (page faults, zeroed by the kernel) for most of its arrays at
+# the next step. These settings keep freed memory for reuse instead.
+KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+                     "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
+def transformer_rows(rounds, number=2):
+    """W10's rows: steps per second of each contender (target: nnkit no slower than PyTorch),
+    as the process runs, then again in a child process whose glibc malloc keeps freed memory
+    (``KEEP_FREED_MEMORY``, the same for all three contenders; Linux only)."""
+    label = "W10 char Transformer LM step (2 layers, dim 64, T 64, B 32, Adam)"
+    rows = [steps_row(label, step_times(rounds, number))]
+    if platform.libc_ver()[0] != "glibc":
+        return rows
+    from . import harness
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = dict(os.environ, **KEEP_FREED_MEMORY)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    torch = optional_torch()
+    threads = torch.get_num_threads() if torch is not None else 1
+    clock = next(name for name, f in harness.CLOCKS.items() if f is harness.clock)
+    code = ("import json, sys; from benchmarks import harness, transformer; "
+            f"harness.use_clock({clock!r}); torch = harness.optional_torch(); "
+            f"torch is not None and torch.set_num_threads({threads}); "
+            f"json.dump(transformer.step_times({rounds}, {number}), sys.stdout)")
+    child = subprocess.run([sys.executable, "-c", code], env=environment, cwd=root,
+                           capture_output=True, text=True)
+    if child.returncode:
+        raise RuntimeError(f"W10 with malloc keeping freed memory failed:\n{child.stderr}")
+    row = steps_row(f"{label}, malloc keeping freed memory", json.loads(child.stdout))
+    row.target, row.met = "-", None
+    row.note = (" ".join(f"{k}={v}" for k, v in KEEP_FREED_MEMORY.items()) + "; "
+                + row.note)
+    return rows + [row]
