@@ -84,3 +84,7 @@ def main(argv=None):
         if row.note:
             print(f"{row.workload}: {row.note}")
     return rows
+
+
+if __name__ == "__main__":          # `python benchmarks/run.py`, as the performance page says
+    main()
