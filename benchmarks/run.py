@@ -33,7 +33,7 @@ if __package__ in (None, ""):          # `python benchmarks/run.py` from the rep
 
 import numpy as np  # noqa: E402
 
-from benchmarks import attention, chain, distributed, gpu, mlp, rnn  # noqa: E402
+from benchmarks import attention, chain, distributed, gpu, mlp, rnn, transformer  # noqa: E402
 from benchmarks.harness import optional_torch, table, use_clock  # noqa: E402
 
 WORKLOADS = {
@@ -46,6 +46,7 @@ WORKLOADS = {
     "W7": lambda rounds: gpu.gpu_rows(rounds),
     "W8": lambda rounds: attention.attention_rows(rounds),
     "W9": lambda rounds: distributed.distributed_rows(rounds),
+    "W10": lambda rounds: transformer.transformer_rows(rounds),
 }
 
 
@@ -83,3 +84,7 @@ def main(argv=None):
         if row.note:
             print(f"{row.workload}: {row.note}")
     return rows
+
+
+if __name__ == "__main__":          # `python benchmarks/run.py`, as the performance page says
+    main()

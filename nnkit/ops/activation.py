@@ -395,14 +395,40 @@ class GELU(NetOp):
     def __init__(self, x=no_input("GELU")):
         xp = backend.array_module(x._data)
         xd = wide(x._data)      # float16 x³ overflows at |x| > 40, x² (backward) at |x| > 256
-        self.t = xp.tanh(self.c * (xd + self.k * xd * xd * xd))
-        super().__init__((0.5 * xd * (1 + self.t)).astype(x._data.dtype, copy=False), x)
+        # In place, in the two arrays the op keeps (t and y): on an FFN's activations each
+        # fresh temporary is megabytes, whose pages the allocator maps anew at every call.
+        # (Each array is made with out=: an operator on a 0-d array gives a scalar.)
+        t = xp.multiply(xd, self.k, out=xp.empty_like(xd))
+        t *= xd
+        t *= xd
+        t += xd
+        t *= self.c
+        self.t = xp.tanh(t, out=t)
+        y = xp.add(t, 1, out=xp.empty_like(t))
+        y *= xd
+        y *= 0.5
+        super().__init__(y.astype(x._data.dtype, copy=False), x)
 
     def _back(self, x):
-        xd = wide(x._data)
-        slope = (0.5 * (1 + self.t)
-                 + 0.5 * xd * (1 - self.t ** 2) * self.c * (1 + 3 * self.k * xd ** 2))
-        x.accumulate_same_shape(self._g * slope.astype(x._data.dtype, copy=False))
+        xp = backend.array_module(x._data)
+        xd, t = wide(x._data), self.t
+        # slope = ½(1 + t) + ½x(1 − t²)·c·(1 + 3k x²), in two arrays (the first becomes dx)
+        slope = xp.multiply(t, t, out=xp.empty_like(t))
+        xp.subtract(1, slope, out=slope)
+        slope *= xd
+        slope *= 0.5
+        slope *= self.c
+        other = xp.multiply(xd, xd, out=xp.empty_like(t))
+        other *= 3 * self.k
+        other += 1
+        slope *= other
+        xp.add(t, 1, out=other)
+        other *= 0.5
+        slope += other
+        if slope.dtype != x._data.dtype:         # float16: the slope computed in float32
+            slope = slope.astype(x._data.dtype)
+        slope *= self._g
+        x.accumulate_same_shape(slope)
 
     def _grads(self, g, x):
         xw = widened(x)             # float16: x³ in float32, as the forward pass

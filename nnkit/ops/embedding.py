@@ -51,7 +51,7 @@ class Embedding(NetOp):
         xp = backend.array_module(table._data)
         D = table._data.shape[1]
         dtable = xp.zeros_like(table._data)
-        scatter_add(dtable, self.idx.reshape(-1), self._g.reshape(self.idx.size, D))
+        add_rows(dtable, self.idx.reshape(-1), self._g.reshape(self.idx.size, D))
         if self.padding_idx is not None:
             dtable[self.padding_idx] = 0
         table.accumulate(dtable)
@@ -73,7 +73,7 @@ class _RowsAdded(NetOp):
         self.idx, self.padding_idx = idx, padding_idx
         xp = backend.array_module(g._data)
         dtable = xp.zeros(shape, dtype=g._data.dtype)
-        scatter_add(dtable, idx.reshape(-1), g._data.reshape(idx.size, shape[1]))
+        add_rows(dtable, idx.reshape(-1), g._data.reshape(idx.size, shape[1]))
         if padding_idx is not None:
             dtable[padding_idx] = 0
         super().__init__(dtable, g)
@@ -89,6 +89,24 @@ class _RowsAdded(NetOp):
         if self.padding_idx is not None:       # a padding row's g never reached the table
             picked = picked * (self.idx != self.padding_idx)[..., None].astype(up._data.dtype)
         return (picked,)
+
+
+def add_rows(table, idx, rows):
+    """``table[idx[i]] += rows[i]`` for every i, a row picked k times getting the sum of its k
+    rows (in place; idx (n,) integers, rows (n, D)).
+
+    On NumPy, a sorted segment sum: the rows ordered by index (a stable sort keeps each index's
+    rows in their order) and each run of one index summed by one ``add.reduceat``, several
+    times faster than ``numpy.add.at`` (which a character model's embedding spent 3% of its
+    step in). Elsewhere (CuPy) the scatter-add.
+    """
+    if type(table) is not numpy.ndarray or not idx.size:
+        return scatter_add(table, idx, rows)
+    order = numpy.argsort(idx, kind="stable")
+    ordered = idx[order]
+    starts = numpy.flatnonzero(numpy.concatenate(([True], ordered[1:] != ordered[:-1])))
+    table[ordered[starts]] += numpy.add.reduceat(rows[order], starts, axis=0)
+    return table
 
 
 def padding_row(padding_idx, V, where="Embedding"):

@@ -112,18 +112,38 @@ class _Normalization(NetOp):
         if gamma is not None:
             y = y * gamma._data.reshape(self.pshape)
         if beta is not None:
-            y = y + beta._data.reshape(self.pshape)
+            b = beta._data.reshape(self.pshape)
+            if y is not xhat and y.dtype == b.dtype:
+                y += b          # into γ·x̂'s fresh array: one array of x's size fewer
+            else:
+                y = y + b
         super().__init__(y, *(p for p in (x, gamma, beta) if p is not None))
 
     def _back(self, x, *params):
         gamma = params[0] if self.has_gamma else None
         beta = params[-1] if self.has_beta else None
         if x.requires_grad:
-            dxhat = self._g if gamma is None else self._g * gamma._data.reshape(self.pshape)
+            # In place in dx̂'s own array where there is one (fresh temporaries of x's size
+            # are a large part of a small network's step)
+            if gamma is None:
+                dxhat = self._g
+            else:
+                dxhat = self._g * gamma._data.reshape(self.pshape)
             if self.batch_stats:
-                dxhat = (dxhat - dxhat.mean(axis=self.stat_axes, keepdims=True) - self.xhat
-                         * (dxhat * self.xhat).mean(axis=self.stat_axes, keepdims=True))
-            x.accumulate(self.inv * dxhat)
+                product = dxhat * self.xhat
+                mean_product = product.mean(axis=self.stat_axes, keepdims=True)
+                mean = dxhat.mean(axis=self.stat_axes, keepdims=True)
+                if dxhat is self._g:            # the upstream gradient may be shared
+                    dxhat = dxhat - mean
+                else:
+                    dxhat -= mean
+                dxhat -= backend.array_module(product).multiply(self.xhat, mean_product,
+                                                                out=product)
+            if dxhat is self._g:
+                dxhat = self.inv * dxhat
+            else:
+                dxhat *= self.inv
+            x.accumulate(dxhat)
         if gamma is not None and gamma.requires_grad:
             gamma.accumulate((self._g * self.xhat).sum(axis=self.param_axes)
                              .reshape(gamma._data.shape))
@@ -158,7 +178,8 @@ def _standardize(xd, axes, eps):
     centred = xw - mean
     var = (centred * centred).mean(axis=axes, keepdims=True)
     inv = 1 / xp.sqrt(var + eps)
-    return (centred * inv).astype(xd.dtype, copy=False), inv.astype(xd.dtype), mean, var
+    centred *= inv                                  # x̂, in the centred values' array
+    return centred.astype(xd.dtype, copy=False), inv.astype(xd.dtype), mean, var
 
 
 class BatchNorm(_Normalization):

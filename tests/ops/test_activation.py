@@ -490,3 +490,28 @@ def test_a_node_read_by_three_consumers(torch, rng):
         return (torch.sigmoid(h) + F.softplus(h) * h + torch.softmax(h, dim=0)).sum()
 
     assert_same_hvp(ours, theirs, [rng.standard_normal((3, 2))], rng)
+
+
+def test_gelu_of_a_0d_node_and_its_gradient():
+    # GELU computes in place in arrays it makes with out=: an operator on a 0-d array would
+    # give a NumPy scalar, which cannot be written in place
+    x = nn.NetVar(np.array([[0.7, -0.2]]))
+    s = x.sum()
+    assert s.shape == ()
+    y = nn.GELU(s)
+    y.back()
+    c, k, v = np.sqrt(2 / np.pi), 0.044715, 0.5
+    t = np.tanh(c * (v + k * v ** 3))
+    np.testing.assert_allclose(y.data, 0.5 * v * (1 + t), rtol=1e-14)
+    slope = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * k * v * v)
+    np.testing.assert_allclose(x.g, [[slope, slope]], rtol=1e-14)
+
+
+def test_gelu_gradient_is_the_derivative_across_its_range(rng):
+    # the hand-derived slope against a central difference, float64, far out on both sides
+    x = np.concatenate([np.linspace(-8, 8, 41), [-30.0, 30.0, 0.0]])[None, :]
+    node = nn.NetVar(x.copy())
+    nn.GELU(node).back()
+    h = 1e-6
+    numeric = (nn.GELU(nn.NetVar(x + h)).data - nn.GELU(nn.NetVar(x - h)).data) / (2 * h)
+    np.testing.assert_allclose(node.g, numeric, rtol=1e-7, atol=1e-9)

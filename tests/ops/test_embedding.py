@@ -179,3 +179,30 @@ def test_embedding_padding_row_gets_exactly_nothing_at_every_order(rng):
         return nn.grad(rows * rows, [table], g=g, create_graph=True)[0]
 
     assert nn.gradgradcheck(table_gradient, table, g)     # third derivatives
+
+
+@pytest.mark.parametrize("idx", [[3, 0, 3, 3, 1, 0], [2, 2, 2], [4], [], [5, 4, 3, 2, 1, 0]])
+def test_add_rows_sums_the_rows_of_repeated_indices(idx, rng):
+    # the sorted segment sum against numpy.add.at, into a table that is not zero
+    from nnkit.ops.embedding import add_rows
+    idx = np.array(idx, dtype=np.int64)
+    rows = rng.standard_normal((idx.size, 3))
+    table = rng.standard_normal((6, 3))
+    expected = table.copy()
+    np.add.at(expected, idx, rows)
+    result = add_rows(table, idx, rows)
+    assert result is table
+    np.testing.assert_allclose(table, expected, rtol=1e-14, atol=1e-14)
+
+
+def test_embedding_table_gradient_with_repeats_and_padding(rng):
+    tokens = np.array([[1, 4, 1], [0, 1, 4]])
+    table = nn.NetVar(rng.standard_normal((5, 2)))
+    y = nn.Embedding(tokens, table, padding_idx=4)
+    seed = rng.standard_normal((2, 3, 2))
+    y.back(seed)
+    expected = np.zeros((5, 2))
+    for position, token in np.ndenumerate(tokens):
+        if token != 4:
+            expected[token] += seed[position]
+    np.testing.assert_allclose(table.g, expected, rtol=1e-14)

@@ -349,3 +349,24 @@ def test_batch_norm_gradients_follow_the_mode_it_was_built_in(rng):
                 (dx,) = nn.grad((y * y * y).sum(), [x], create_graph=True)
             found.append(nn.grad((dx * v).sum(), [x])[0])
         np.testing.assert_array_equal(found[0], found[1])
+
+
+@pytest.mark.parametrize("op", ["LayerNorm", "BatchNorm", "BatchNorm eval"])
+@pytest.mark.parametrize("with_gamma", [False, True])
+def test_normalization_backward_leaves_the_shared_upstream_gradient_alone(op, with_gamma, rng):
+    # the backward works in place in dx̂'s array: without γ that array is the upstream gradient,
+    # which an Add hands on shared with its other input
+    x = nn.NetVar(rng.standard_normal((6, 4)))
+    other = nn.NetVar(rng.standard_normal((6, 4)))
+    gamma = nn.NetVar(rng.standard_normal((1, 4))) if with_gamma else None
+    if op == "LayerNorm":
+        y = nn.LayerNorm(x, gamma, None)
+    elif op == "BatchNorm":
+        y = nn.BatchNorm(x, gamma, None, nn.BatchNormState(4))
+    else:
+        with nn.eval_mode():
+            y = nn.BatchNorm(x, gamma, None, nn.BatchNormState(4))
+    seed = rng.standard_normal((6, 4))
+    (y + other).back(seed)
+    np.testing.assert_array_equal(other.g, seed)
+    np.testing.assert_array_equal(y.g, seed)
