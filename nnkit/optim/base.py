@@ -15,10 +15,9 @@ from ..module import Module, watch_replacements
 _ndarray = numpy.ndarray
 
 
-def _read_zeros(p):
-    """Whether p's gradient is the zeros that reading ``p.g`` made, untouched since: no
-    gradient, as for a node that has none."""
-    return gradient_only_read(p)
+# Whether p's gradient is the zeros that reading ``p.g`` made, untouched since: no gradient,
+# as for a node that has none.
+_read_zeros = gradient_only_read
 
 
 @functools.lru_cache(maxsize=None)
