@@ -225,14 +225,18 @@ def _check_parameters_alike(where, comm, params, given):
         return
     arrays = [p.data for p in params]
     _check_same_everywhere(where, comm, _signature(arrays), "parameters (shapes or dtypes)")
-    codes = numpy.array([_checksum(a) for a in arrays], dtype=numpy.int64)
+    sums = [_checksum(a) for a in arrays]
+    # each 64-bit sum as two 32-bit halves: an int64 and its negation hold either exactly
+    codes = numpy.array([half for value in sums for half in divmod(value, 2 ** 32)],
+                        dtype=numpy.int64)
     low_high = numpy.concatenate([-codes, codes])
     comm.Allreduce(connection._MPI.IN_PLACE, low_high, op=connection._MPI.MAX)
-    differ = numpy.flatnonzero(-low_high[:len(codes)] != low_high[len(codes):])
+    differ = numpy.unique(
+        numpy.flatnonzero(-low_high[:len(codes)] != low_high[len(codes):]) // 2)
     if len(differ) == 0:
         return
     first = int(differ[0])
-    values = comm.allgather(int(codes[first]))
+    values = comm.allgather(sums[first])
     other = next(r for r, code in enumerate(values) if code != values[0])
     p = params[first]
     raise ValueError(f"{where}: the ranks hold different values of parameter {first} "
@@ -244,13 +248,12 @@ def _check_parameters_alike(where, comm, params, given):
 
 
 def _checksum(array):
-    """The sum of ``array``'s bytes read as unsigned words of its item size, modulo 2**62
-    (fits an int64 and its negation): any change of one element changes it (a swap of two does
-    not). Computed where the array lives (on a GPU, one number comes back); about 5 times
+    """The sum of ``array``'s bytes read as unsigned words of its item size, modulo 2**64:
+    any change of one element changes it (a swap of two does not). Computed where the array lives (on a GPU, one number comes back); about 5 times
     cheaper than a CRC of the bytes on the host."""
     xp = backend.array_module(array)
     words = xp.ascontiguousarray(array).reshape(-1).view(f"u{min(array.dtype.itemsize, 8)}")
-    return int(words.sum(dtype=numpy.uint64)) & (2 ** 62 - 1)
+    return int(words.sum(dtype=numpy.uint64))
 
 
 def _parameter_name(params, p):

@@ -628,3 +628,18 @@ def test_ranks_that_call_fit_unlike_all_raise_naming_it(tmp_path_factory):
     for _, errors in scenarios.results(folder, "unlike_fits", 2):
         for name in ("epochs", "val"):
             assert "DataParallel: the ranks called fit differently" in errors[name]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int64])
+def test_the_parameter_checksum_changes_with_any_one_element(dtype):
+    # the checksum kept the low 62 bits of a sum of 64-bit words: a float64 element that
+    # differed only in sign (bit 63) or in its top exponent bit (bit 62) checked as equal
+    from nnkit.distributed.collectives import _checksum
+    base = np.array([1.5, -2.0, 3.0], dtype=dtype)
+    flipped_sign = base.copy()
+    flipped_sign[1] = -flipped_sign[1]
+    top_bit = base.copy()
+    words = top_bit.view(f"u{base.itemsize}")
+    words[0] ^= np.array(1 << (8 * base.itemsize - 2)).astype(words.dtype)
+    assert _checksum(flipped_sign) != _checksum(base)
+    assert _checksum(top_bit) != _checksum(base)
