@@ -37,7 +37,8 @@ class SequenceModel(Module):
     Initialisation is drawn from ``seed`` (None: nnkit's global generator), the layers in
     turn from one generator: the same numbers as before the model was made of layers, when it
     named its parameters ``table, W, R, b, Wo, bo`` (checkpoints and states with those names
-    still load; ``model.W`` etc. still read, with a DeprecationWarning naming the new place).
+    still load; ``model.W`` etc. still read and assign, with a DeprecationWarning naming the new
+    place).
     """
     renamed = {"table": "embedding.table", "W": "rnn.W", "R": "rnn.R", "b": "rnn.b",
                "Wo": "head.W", "bo": "head.b"}
@@ -127,15 +128,26 @@ class SequenceModel(Module):
 
 
 def _former(old):
-    """A deprecated read of the parameter the model called ``old`` before it was made of
-    layers."""
-    def read(self):
-        new = self.renamed[old]
+    """A deprecated read and assignment of the parameter the model called ``old`` before it
+    was made of layers."""
+    new = SequenceModel.renamed[old]
+    layer, _, name = new.partition(".")
+
+    def warn():
         warnings.warn(f"SequenceModel.{old} is deprecated: the parameter is now "
-                      f"model.{new}", DeprecationWarning, stacklevel=2)
-        layer, _, name = new.partition(".")
+                      f"model.{new}", DeprecationWarning, stacklevel=3)
+
+    def read(self):
+        warn()
         return None if getattr(self, layer) is None else getattr(getattr(self, layer), name)
-    return property(read, doc=f"Deprecated: ``model.{SequenceModel.renamed[old]}``.")
+
+    def write(self, value):
+        warn()
+        if getattr(self, layer) is None:
+            raise AttributeError(f"SequenceModel.{old}: this model has no {layer} (it was "
+                                 f"built without {layer}=), so no model.{new} to assign")
+        setattr(getattr(self, layer), name, value)
+    return property(read, write, doc=f"Deprecated: ``model.{new}``.")
 
 
 for _old in SequenceModel.renamed:

@@ -50,6 +50,32 @@ def test_the_parameters_named_before_layers_still_read_with_a_warning():
         assert nn.SequenceModel(2, 4, 5).table is None
 
 
+
+def test_the_parameters_named_before_layers_are_still_assigned_with_a_warning(rng):
+    # model.W = ... assigned the recurrent weights before the model was made of layers;
+    # then it raised "property of 'SequenceModel' object has no setter"
+    model = nn.SequenceModel(6, 4, 5, embedding=3, seed=0)
+    tokens = rng.integers(0, 6, (5, 3))
+    for old, layer, name in [("table", "embedding", "table"), ("W", "rnn", "W"),
+                             ("R", "rnn", "R"), ("b", "rnn", "b"), ("Wo", "head", "W"),
+                             ("bo", "head", "b")]:
+        current = getattr(getattr(model, layer), name)
+        replacement = nn.NetVar(current.data * 0.5)
+        with pytest.warns(DeprecationWarning, match=rf"SequenceModel.{old} is deprecated: "
+                                                    rf"the parameter is now model.{layer}"):
+            setattr(model, old, replacement)
+        assert getattr(getattr(model, layer), name) is replacement
+        assert any(p is replacement for p in model.vars)
+        assert not any(p is current for p in model.vars)
+    by_hand = model.head(model.rnn(model.embedding(tokens)))
+    np.testing.assert_array_equal(model(tokens).data, by_hand.data)
+    plain = nn.SequenceModel(2, 4, 5)
+    with pytest.warns(DeprecationWarning), \
+            pytest.raises(AttributeError, match="SequenceModel.table: this model has no "
+                                                "embedding"):
+        plain.table = nn.NetVar(np.ones((2, 3)))
+    assert plain.embedding is None and "table" not in vars(plain)
+
 def test_lstm_forget_gate_bias_is_one():
     W, R, b = nn.recurrent_weights("lstm", 3, 4, seed=0)
     np.testing.assert_array_equal(b.data, np.r_[np.zeros(4), np.ones(4), np.zeros(8)][None])
