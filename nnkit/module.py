@@ -264,7 +264,8 @@ class Module:
                 replaced = old.vars if isinstance(old, Module) else \
                     [old] if old.requires_grad and not old.parents else ()   # (not a graph)
                 for watcher in list(_watchers) if replaced else ():
-                    watcher.parameters_replaced(replaced, f"{type(self).__name__}.{name}")
+                    watcher.parameters_replaced(replaced, f"{type(self).__name__}.{name}",
+                                                self, name)
         object.__setattr__(self, name, value)
 
 
@@ -273,9 +274,11 @@ _watchers = weakref.WeakSet()
 
 def watch_replacements(watcher):
     """Tell ``watcher`` (an optimizer) whenever a Module's attribute holding a NetVar or a
-    Module is assigned another value: ``watcher.parameters_replaced(old_parameters, where)``,
-    ``where`` naming the attribute (``"Linear.W"``). Only attributes are seen: a parameter
-    replaced inside a list or dict, or outside any Module, is not."""
+    Module is assigned another value: ``watcher.parameters_replaced(old_parameters, where,
+    owner, attribute)``, ``where`` naming the attribute (``"Linear.W"``), ``owner`` the Module
+    and ``attribute`` its name (to see whether it holds them again later: assigned back). Only
+    attributes are seen: a parameter replaced inside a list or dict, or outside any Module, is
+    not."""
     _watchers.add(watcher)
 
 

@@ -254,6 +254,26 @@ def test_a_replaced_submodule_makes_the_next_step_refuse():
         one_step(model, opt)
 
 
+
+def test_a_parameter_assigned_back_trains_on():
+    # evaluating with other weights (averaged ones) and putting the trained ones back made
+    # every later step refuse, as if the model no longer used them
+    model = Residual()
+    opt = nn.Adam(model.vars, lr=0.1)
+    one_step(model, opt)
+    trained, layer = model.fc.W, model.fc
+    model.fc.W = nn.NetVar(np.zeros((3, 3), np.float32))
+    model.fc.W = nn.NetVar(np.ones((3, 3), np.float32))
+    model.fc.W = trained
+    model.fc = nn.layers.Linear(3, 3, seed=1)
+    model.fc = layer
+    before = trained.data.copy()
+    one_step(model, opt)
+    assert not (trained.data == before).all()
+    model.fc.W = nn.NetVar(np.zeros((3, 3), np.float32))      # and not back: refused
+    with pytest.raises(RuntimeError, match=r"Linear.W was assigned a new value"):
+        one_step(model, opt)
+
 def test_what_keeps_the_parameters_trains_on():
     model = Residual()
     opt = nn.GD(model.vars, lr=0.1)

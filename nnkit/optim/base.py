@@ -3,6 +3,7 @@
 __all__ = ['Optimizer']
 import functools
 import math
+import weakref
 
 import numpy
 
@@ -83,7 +84,7 @@ class Optimizer:
     state_counts = ()      # a parameter's step counts (ints >= 1)
     state_squares = ()     # state arrays of running squares (never negative)
 
-    _replaced = None       # the attribute that replaced one of the parameters (step() refuses)
+    _replaced = None       # [(where, owner, attribute, parameters)] replaced: step() refuses
 
     def __new__(cls, *args, **keywords):
         """PyTorch's spellings, refused before the arguments are bound: a model given for its
@@ -127,12 +128,26 @@ class Optimizer:
             self.add_modifier(modifier)
         watch_replacements(self)
 
-    def parameters_replaced(self, old, where):
-        """Told by a Module that its attribute ``where`` no longer holds the NetVars ``old``:
-        the next ``step()`` refuses if this optimizer updates one of them."""
+    def parameters_replaced(self, old, where, owner=None, attribute=None):
+        """Told by a Module that its attribute ``where`` (``owner.attribute``) no longer holds
+        the NetVars ``old``: the next ``step()`` refuses if this optimizer updates one of them,
+        unless the attribute holds them again by then (assigned back)."""
         held = {id(p) for p in self.params}
-        if any(id(p) in held for p in old):
-            self._replaced = where
+        lost = [p for p in old if id(p) in held]
+        if lost:
+            owner = None if owner is None else weakref.ref(owner)
+            self._replaced = (self._replaced or []) + [(where, owner, attribute, lost)]
+
+    def _still_replaced(self):
+        """The replacements whose attribute does not hold its parameters again, or None."""
+        def assigned_back(owner, attribute, lost):
+            value = None if owner is None or owner() is None else \
+                vars(owner()).get(attribute)
+            now = {id(value)} if isinstance(value, NetVar) else \
+                {id(p) for p in value.vars} if isinstance(value, Module) else set()
+            return all(id(p) in now for p in lost)
+
+        return [entry for entry in self._replaced if not assigned_back(*entry[1:])] or None
 
     # -- groups and options
     def add_param_group(self, group):
@@ -248,9 +263,11 @@ class Optimizer:
         weights, then reset the gradients. Options and gradients are checked first."""
         where = f"{type(self).__name__}.step()"
         if self._replaced is not None:
+            self._replaced = self._still_replaced()
+        if self._replaced is not None:
             raise RuntimeError(
-                f"{where}: {self._replaced} was assigned a new value after this optimizer was "
-                "built, so it would go on training the parameter the model no longer uses; "
+                f"{where}: {self._replaced[0][0]} was assigned a new value after this optimizer "
+                "was built, so it would go on training the parameter the model no longer uses; "
                 f"build the optimizer again over the model's vars (to change a parameter's "
                 "values and keep it, assign its data: p.data = ...); nothing was updated")
         self._check_options({key: getattr(self, key) for key in self.options}, where)
