@@ -149,12 +149,24 @@ def generator_from_state(state, where="set_rng_state"):
         raise ValueError(f"{where}: state['bit_generator'] names {name}, which is a base "
                          "class, not a bit generator") from None
     _check_same_layout(where, "state", state, bit_generator.state)
+    if name in _POSITIONS:
+        keys, last = _POSITIONS[name]
+        position, label = state, "state"
+        for key in keys:
+            position, label = position[key], f"{label}[{key!r}]"
+        if not 0 <= position <= last:
+            raise ValueError(f"{where}: {label} must be in 0..{last}, got {position}")
     try:
         bit_generator.state = copy.deepcopy(state)
     except (TypeError, ValueError, KeyError, OverflowError) as error:
         raise ValueError(f"{where}: NumPy's {name} refuses the state "
                          f"({type(error).__name__}: {error})") from None
     return numpy.random.Generator(bit_generator)
+
+
+# bit generator -> (keys of its position in its buffer of draws, the largest position):
+# NumPy takes any position and then reads outside the buffer (garbage, or a crash)
+_POSITIONS = {"MT19937": (("state", "pos"), 624), "Philox": (("buffer_pos",), 4)}
 
 
 def _check_same_layout(where, label, state, fresh):

@@ -1,6 +1,7 @@
 """nnkit.get_rng_state / set_rng_state: the global generator's state as plain data, restored
 exactly, and refused (generator unchanged) when it is not a state."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -72,6 +73,26 @@ def test_a_wrong_state_is_refused_and_the_generator_is_unchanged(state, error, m
     assert message in str(caught.value) and "set_rng_state" in str(caught.value)
     assert nn.get_rng_state() == before
 
+
+
+@pytest.mark.parametrize("name, edit, message", [
+    ("MT19937", lambda state: state["state"].update(pos=100_000),
+     "state['state']['pos'] must be in 0..624, got 100000"),
+    ("MT19937", lambda state: state["state"].update(pos=-1),
+     "state['state']['pos'] must be in 0..624, got -1"),
+    ("Philox", lambda state: state.update(buffer_pos=10 ** 6),
+     "state['buffer_pos'] must be in 0..4, got 1000000"),
+])
+def test_a_position_outside_the_generators_buffer_is_refused(name, edit, message):
+    # NumPy takes such a state and then draws from memory outside the generator's buffer
+    # (garbage, or a crash): a corrupted checkpoint's state gave another stream silently
+    nn.seed(7)
+    before = nn.get_rng_state()
+    state = getattr(np.random, name)(1).state
+    edit(state)
+    with pytest.raises(ValueError, match=re.escape(f"set_rng_state: {message}")):
+        nn.set_rng_state(state)
+    assert nn.get_rng_state() == before
 
 def test_another_bit_generators_state_is_taken():
     state = np.random.MT19937(1).state
