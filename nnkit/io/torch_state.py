@@ -330,7 +330,8 @@ def load_torch_state(model, state_dict):
             raise TypeError(f"load_torch_state: '{key}' is {other.dtype} in the state dict and "
                             f"{array.dtype} in the model's {part.describe()}; build the model in "
                             f"{other.dtype} (nn.set_dtype before building it)")
-        if array.dtype.kind == "i" and int(other) < 0:
+        counter = part.counter is not None and key == part.counter[1]
+        if counter and int(other) < 0:
             raise ValueError(f"load_torch_state: '{key}' is {int(other)}, a negative count")
     values = {}
     for part in parts:

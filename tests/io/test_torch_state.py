@@ -351,6 +351,21 @@ def test_a_vector_parameter_fills_a_row_parameter():
         nn.load_torch_state(model, {"scale": torch.tensor([1.0, 2.0])})
 
 
+
+def test_an_integer_constant_of_several_values_round_trips():
+    # the check of the BatchNorm batch counter read every integer array as one count: a
+    # model holding an integer table raised numpy's "only 0-dimensional arrays can be
+    # converted to Python scalars"
+    class Picked(nn.Module):
+        def __init__(self):
+            self.order = nn.NetVar(np.array([[0, 2, 1]]), dtype=np.int64, requires_grad=False)
+
+    model = Picked()
+    state = nn.torch_state(model)
+    state["order"] = np.array([[2, -1, 0]])
+    nn.load_torch_state(model, {key: torch.from_numpy(value) for key, value in state.items()})
+    np.testing.assert_array_equal(model.order.data, [[2, -1, 0]])
+
 def test_a_model_nnkit_cannot_map_is_refused():
     with pytest.raises(TypeError, match="must be an nnkit Module"):
         nn.torch_state({"w": nn.NetVar([1.0])})
