@@ -261,8 +261,7 @@ class Module:
         if _watchers:
             old = self.__dict__.get(name)
             if old is not value and isinstance(old, (NetVar, Module)):
-                replaced = old.vars if isinstance(old, Module) else \
-                    [old] if old.requires_grad and not old.parents else ()   # (not a graph)
+                replaced = _parameters_of(old)
                 for watcher in list(_watchers) if replaced else ():
                     watcher.parameters_replaced(replaced, f"{type(self).__name__}.{name}",
                                                 self, name)
@@ -270,6 +269,18 @@ class Module:
 
 
 _watchers = weakref.WeakSet()
+
+
+def _parameters_of(old):
+    """The parameters of a value an attribute no longer holds (none for a graph, or for a
+    Module the walk refuses: no optimizer was built over its vars, and removing it must not
+    raise the walk's error)."""
+    if isinstance(old, NetVar):
+        return [old] if old.requires_grad and not old.parents else ()
+    try:
+        return old.vars
+    except (TypeError, ValueError):
+        return ()
 
 
 def watch_replacements(watcher):

@@ -274,6 +274,24 @@ def test_a_parameter_assigned_back_trains_on():
     with pytest.raises(RuntimeError, match=r"Linear.W was assigned a new value"):
         one_step(model, opt)
 
+
+def test_a_submodule_the_walk_refuses_can_still_be_replaced():
+    # with an optimizer alive, the assignment walked the old value for its parameters and
+    # raised the walk's error: a part kept in a set could not even be removed
+    model = Residual()
+    opt = nn.GD(model.vars, lr=0.1)
+
+    class InASet(nn.Module):
+        def __init__(self):
+            self.parts = {nn.layers.Linear(3, 3)}
+
+    model.extra = InASet()
+    model.extra = None
+    model.extra = nn.FFN((nn.Multiply, model.fc.W * 2))       # a computed argument
+    model.extra = None
+    assert model.extra is None
+    one_step(model, opt)
+
 def test_what_keeps_the_parameters_trains_on():
     model = Residual()
     opt = nn.GD(model.vars, lr=0.1)
