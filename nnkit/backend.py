@@ -106,11 +106,19 @@ def get_rng_state():
     and give back to ``set_rng_state`` to continue the same random stream.
 
     A new dict each call: NumPy's ``bit_generator.state`` (``{"bit_generator": "PCG64",
-    "state": {"state": int, "inc": int}, "has_uint32": int, "uinteger": int}``), JSON-able.
+    "state": {"state": int, "inc": int}, "has_uint32": int, "uinteger": int}``), JSON-able
+    (another bit generator's arrays as lists).
     The draws made on a GPU come from a CuPy generator that is not in it: see
     ``set_rng_state``.
     """
-    return copy.deepcopy(_rng.bit_generator.state)
+    return _plain_state(_rng.bit_generator.state)
+
+
+def _plain_state(value):
+    """A generator's state as new dicts, lists and ints (MT19937 and Philox keep arrays)."""
+    if isinstance(value, dict):
+        return {key: _plain_state(item) for key, item in value.items()}
+    return value.tolist() if isinstance(value, numpy.ndarray) else value
 
 
 def set_rng_state(state):

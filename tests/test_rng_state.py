@@ -94,6 +94,24 @@ def test_a_position_outside_the_generators_buffer_is_refused(name, edit, message
         nn.set_rng_state(state)
     assert nn.get_rng_state() == before
 
+
+@pytest.mark.parametrize("name", ["MT19937", "Philox"])
+def test_the_state_of_a_generator_holding_arrays_is_plain_data_and_saves(name, tmp_path):
+    # once set to such a state, get_rng_state returned NumPy arrays and every nn.save (which
+    # stores the state by default) raised "extra (or an option) is not JSON-able"
+    nn.set_rng_state(getattr(np.random, name)(3).state)
+    try:
+        state = nn.get_rng_state()
+        assert json.loads(json.dumps(state)) == state
+        model = nn.layers.Linear(2, 2, seed=0)
+        for path in (tmp_path / "model.npz", tmp_path / "model.safetensors"):
+            nn.save(path, model)
+            expected = draws()
+            nn.load(path, model, rng=True)
+            assert all(np.array_equal(a, b) for a, b in zip(expected, draws()))
+    finally:
+        nn.seed(0)
+
 def test_another_bit_generators_state_is_taken():
     state = np.random.MT19937(1).state
     state["state"]["key"] = state["state"]["key"].tolist()      # as JSON gives it back
