@@ -291,6 +291,12 @@ def test_a_submodule_the_walk_refuses_can_still_be_replaced():
     model.extra = None
     assert model.extra is None
     one_step(model, opt)
+    layer = model.fc
+    model.fc = InASet()                 # step() names the replacement, not the walk's error
+    with pytest.raises(RuntimeError, match="Residual.fc was assigned a new value"):
+        opt.step()
+    model.fc = layer
+    one_step(model, opt)
 
 def test_what_keeps_the_parameters_trains_on():
     model = Residual()

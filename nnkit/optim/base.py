@@ -143,8 +143,11 @@ class Optimizer:
         def assigned_back(owner, attribute, lost):
             value = None if owner is None or owner() is None else \
                 vars(owner()).get(attribute)
-            now = {id(value)} if isinstance(value, NetVar) else \
-                {id(p) for p in value.vars} if isinstance(value, Module) else set()
+            try:
+                now = {id(value)} if isinstance(value, NetVar) else \
+                    {id(p) for p in value.vars} if isinstance(value, Module) else set()
+            except (TypeError, ValueError):     # a Module the walk refuses: none of them
+                now = set()
             return all(id(p) in now for p in lost)
 
         return [entry for entry in self._replaced if not assigned_back(*entry[1:])] or None
