@@ -263,6 +263,9 @@ class Module:
             if old is not value and isinstance(old, (NetVar, Module)):
                 replaced = old.vars if isinstance(old, Module) else \
                     [old] if old.requires_grad and not old.parents else ()   # (not a graph)
+                if replaced and isinstance(value, (NetVar, Module)):    # (still held: kept)
+                    kept = {id(p) for p in (value.vars if isinstance(value, Module) else [value])}
+                    replaced = [p for p in replaced if id(p) not in kept]
                 for watcher in list(_watchers) if replaced else ():
                     watcher.parameters_replaced(replaced, f"{type(self).__name__}.{name}")
         object.__setattr__(self, name, value)

@@ -269,6 +269,17 @@ def test_what_keeps_the_parameters_trains_on():
     assert other._replaced is None
 
 
+def test_a_submodule_wrapped_around_its_parameters_trains_on():
+    # the new value still holds the old one's parameters (the layer wrapped in a Sequential):
+    # the model still uses them, so the optimizer must go on training them, not refuse
+    model = Residual()
+    opt = nn.GD(model.vars, lr=0.1)
+    kept = list(opt.params)
+    model.fc = nn.layers.Sequential(model.fc, nn.ReLU)
+    one_step(model, opt)
+    assert opt._replaced is None and model.vars == kept
+
+
 # ----------------------------------------------------------------------------- float dtypes
 
 @pytest.mark.parametrize("layer, shape", [
