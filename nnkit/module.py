@@ -249,7 +249,9 @@ class Module:
         (``model.parameters()``, ``.eval()``, ...) raise an AttributeError naming nnkit's
         spelling (``hints.PYTORCH["module"]``); any other name raises Python's own error."""
         ours = spelling("module", name)
-        if ours is None:        # (again, so that a property's own AttributeError is the one seen)
+        # (again, so that a property's own AttributeError is the one seen, even one of the
+        # class's own with a PyTorch name)
+        if ours is None or hasattr(type(self), name):
             return object.__getattribute__(self, name)
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; in nnkit: {ours}")
 

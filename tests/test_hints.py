@@ -69,6 +69,17 @@ def test_other_missing_attributes_keep_pythons_error():
         model.broken
 
 
+def test_a_property_with_a_pytorch_name_failing_inside_shows_its_own_error():
+    # a Module's own `training` property (a PyTorch name) whose body raised AttributeError was
+    # answered "has no attribute 'training'; in nnkit: ...": false, and the real error hidden
+    class Flagged(Residual):
+        @property
+        def training(self):
+            return self.fc.missing_flag
+    with pytest.raises(AttributeError, match="'Linear' object has no attribute 'missing_flag'"):
+        Flagged().training
+
+
 # ----------------------------------------------------------------------------- nnkit itself
 
 @pytest.mark.parametrize("name", sorted(PYTORCH["nnkit"]))
