@@ -162,7 +162,9 @@ def _graph_pass(outputs, seeds, inputs, leaves=False):
             g = grads.get(node)
             if isinstance(node, Output):
                 if g is not None and not (leaves and node in wanted):
-                    handed.setdefault(node._parents[0], {})[node.k] = g
+                    further = handed.setdefault(node._parents[0], {})
+                    mine = further.get(node.k)        # two nodes of one output add up
+                    further[node.k] = g if mine is None else mine + g
                 continue
             if node._parents and node.n_outputs > 1:
                 further = handed.pop(node, {})

@@ -362,7 +362,8 @@ class Output(NetOp):
         received = getattr(op, "_received", None)
         if received is None:
             op._received = received = {}
-        received[self.k] = self._g      # each output's _back runs once a pass: its whole g
+        mine = received.get(self.k)     # two nodes of one output (a copy's final_c) add up
+        received[self.k] = self._g if mine is None else mine + self._g
         if op._g is None:     # only other outputs were used: the op's _back must still run
             xp = backend.array_module(op._data)
             op.accumulate(xp.broadcast_to(xp.zeros((), op._data.dtype), op._data.shape))

@@ -96,6 +96,12 @@ def operand_array(value, like=None, dtype=None):
         return (numpy if like is None else backend.array_module(like)).asarray(value)
     if like is None or dtype is not None:
         return as_array(value, dtype, "constant")
+    if like.dtype.kind not in "fc":
+        # beside integer or boolean data a value keeps its own kind, as in NumPy (labels * 0.5
+        # is 0.5 each, not 0; mask + 2 is 3, not True): only a Python int takes an int dtype
+        array = value if backend.is_array(value) else numpy.asarray(value)
+        if array.dtype.kind in "fc" or like.dtype.kind == "b" and array.dtype.kind in "iu":
+            return backend.array_module(like).asarray(array)
     if (kind is float or kind is int) and type(like) is _ndarray:
         return numpy.asarray(value, like.dtype)
     if isinstance(value, (int, float, bool, numpy.number, list, tuple)) or (

@@ -249,7 +249,9 @@ class Module:
         (``model.parameters()``, ``.eval()``, ...) raise an AttributeError naming nnkit's
         spelling (``hints.PYTORCH["module"]``); any other name raises Python's own error."""
         ours = spelling("module", name)
-        if ours is None:        # (again, so that a property's own AttributeError is the one seen)
+        # (again, so that a property's own AttributeError is the one seen, even one of the
+        # class's own with a PyTorch name)
+        if ours is None or hasattr(type(self), name):
             return object.__getattribute__(self, name)
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; in nnkit: {ours}")
 
@@ -262,6 +264,9 @@ class Module:
             old = self.__dict__.get(name)
             if old is not value and isinstance(old, (NetVar, Module)):
                 replaced = _parameters_of(old)
+                if replaced and isinstance(value, (NetVar, Module)):    # (still held: kept)
+                    kept = {id(p) for p in _parameters_of(value)}
+                    replaced = [p for p in replaced if id(p) not in kept]
                 for watcher in list(_watchers) if replaced else ():
                     watcher.parameters_replaced(replaced, f"{type(self).__name__}.{name}",
                                                 self, name)

@@ -69,6 +69,17 @@ def test_other_missing_attributes_keep_pythons_error():
         model.broken
 
 
+def test_a_property_with_a_pytorch_name_failing_inside_shows_its_own_error():
+    # a Module's own `training` property (a PyTorch name) whose body raised AttributeError was
+    # answered "has no attribute 'training'; in nnkit: ...": false, and the real error hidden
+    class Flagged(Residual):
+        @property
+        def training(self):
+            return self.fc.missing_flag
+    with pytest.raises(AttributeError, match="'Linear' object has no attribute 'missing_flag'"):
+        Flagged().training
+
+
 # ----------------------------------------------------------------------------- nnkit itself
 
 @pytest.mark.parametrize("name", sorted(PYTORCH["nnkit"]))
@@ -311,6 +322,17 @@ def test_what_keeps_the_parameters_trains_on():
     one_step(model, opt)
     model.fc.b = nn.NetVar(np.zeros((1, 3), np.float32))  # not a parameter of `other`
     assert other._replaced is None
+
+
+def test_a_submodule_wrapped_around_its_parameters_trains_on():
+    # the new value still holds the old one's parameters (the layer wrapped in a Sequential):
+    # the model still uses them, so the optimizer must go on training them, not refuse
+    model = Residual()
+    opt = nn.GD(model.vars, lr=0.1)
+    kept = list(opt.params)
+    model.fc = nn.layers.Sequential(model.fc, nn.ReLU)
+    one_step(model, opt)
+    assert opt._replaced is None and model.vars == kept
 
 
 # ----------------------------------------------------------------------------- float dtypes

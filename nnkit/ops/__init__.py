@@ -27,3 +27,12 @@ __all__ = [name for family in (arithmetic, reduce, shape, indexing, math, activa
                                classification, regularization, normalization, embedding, conv,
                                recurrent, einsum, attention)
            for name in family.__all__]
+
+
+def __getattr__(name):
+    """``nnkit.ops.cells``, the recurrent cells' old module, imported (with its warning) when
+    reached for, as it was an attribute of this package before it moved."""
+    if name == "cells":
+        import importlib
+        return importlib.import_module(f"{__name__}.cells")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -261,6 +261,8 @@ class Split(NetOp):
         x.accumulate(dx)
 
     def _grads(self, gs, x):
+        if self.n_outputs == 1:         # one part: an op of one output is handed g itself
+            return (gs,)
         parts = [g if g is not None else constant(
             backend.array_module(x._data).zeros(x._data[self._slice(k)].shape, x._data.dtype))
             for k, g in enumerate(gs)]

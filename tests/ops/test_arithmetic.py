@@ -93,6 +93,26 @@ def test_an_integer_array_operand_takes_the_float_nodes_dtype_exactly():
     assert (h * np.array([[2, 3]])).dtype == np.float32      # the node's dtype, as documented
 
 
+@pytest.mark.parametrize("data, operand", [
+    ([[1, 2, 3]], [0.5, 1.0, 2.0]), ([[1, 2, 3]], np.float64(0.5)), ([[1, 2, 3]], np.float32(0.5)),
+    ([[True, False]], [2, 3]), ([[True, False]], np.int64(3)), ([[True, False]], 2.5)])
+def test_an_operand_beside_integer_or_boolean_data_keeps_its_values(data, operand):
+    # it took the node's dtype: labels * [0.5, 1, 2] gave [0, 2, 6], labels * np.float64(0.5)
+    # zeros, mask + [2, 3] [True, True]; NumPy's own result is the reference
+    data = np.array(data)
+    node = nn.NetVar(data, dtype=data.dtype)
+    for got, want in ((node * operand, data * np.asarray(operand)),
+                      (node + operand, data + np.asarray(operand))):
+        np.testing.assert_array_equal(got.data, want)
+        assert got.dtype.kind == want.dtype.kind
+
+
+def test_where_and_maximum_keep_a_float_beside_integer_data():
+    labels = nn.NetVar([1, 2, 3], dtype=int)      # Where(...) gave [0, 2, 3], Maximum [1, 2, 3]
+    np.testing.assert_array_equal(nn.Where(labels > 1, labels, 0.5).data, [[0.5, 2, 3]])
+    np.testing.assert_array_equal(nn.Maximum(labels, 1.5).data, [[1.5, 2, 3]])
+
+
 # ----------------------------------------------------------------------------- Second derivatives
 # Every derivative of a power against PyTorch's (test_gradgradcheck_every_op checks each op alone
 # against finite differences).

@@ -192,6 +192,17 @@ def test_split_takes_numpy_ints(rng):
     assert [p.shape for p in nn.Split(x, [0, 4], axis=1)] == [(2, 0), (2, 4), (2, 0)]
 
 
+@pytest.mark.parametrize("sections, axis", [(1, 0), (1, 1), ([], 1)])
+def test_split_into_one_part_differentiates_twice(sections, axis, rng):
+    # one part: the engine hands _grads the gradient itself, not a tuple, and Split read its
+    # rows as the parts' gradients (grad(create_graph=True) raised a shape error)
+    x = var64(rng, 3, 4)
+    w = rng.standard_normal((3, 4))
+    part, = nn.Split(x, sections, axis=axis)
+    got, = nn.grad((part * part * w).sum(), [x], create_graph=True)
+    np.testing.assert_allclose(got.data, 2 * x.data * w)
+
+
 @pytest.mark.parametrize("start, end", [(True, -1), (1.0, -1), (0, 2.5), (0, False)])
 def test_flatten_refuses_axes_that_are_not_ints(start, end, rng):
     with pytest.raises(TypeError, match=r"Flatten: (start|end) must be an int, got "):

@@ -149,6 +149,19 @@ def test_the_old_module_name_of_the_cells_warns_and_gives_the_same_cells():
     assert (old.RNNCell, old.LSTMCell, old.GRUCell) == (nn.RNNCell, nn.LSTMCell, nn.GRUCell)
 
 
+def test_the_old_module_of_the_cells_is_an_attribute_of_nnkit_ops_as_it_was():
+    # nnkit.ops imported its cells module, so nn.ops.cells.LSTMCell worked after `import
+    # nnkit`; the moved module must still be reached that way (with its warning)
+    import sys
+    sys.modules.pop("nnkit.ops.cells", None)
+    vars(nn.ops).pop("cells", None)
+    with pytest.warns(DeprecationWarning, match=r"nnkit\.ops\.cells is deprecated"):
+        old = nn.ops.cells
+    assert old.LSTMCell is nn.LSTMCell
+    with pytest.raises(AttributeError, match="no_such_name"):
+        nn.ops.no_such_name
+
+
 @pytest.mark.parametrize("name", ["rnn", "lstm", "gru"])
 def test_the_cell_registry_gives_each_kinds_op_cell_and_sizes(name, rng):
     from nnkit.ops.recurrent import CELLS

@@ -414,3 +414,21 @@ def test_a_copied_recurrent_node_hands_out_its_own_final_states():
     assert W._g is None and np.any(twin.parents[1].g)
     restored = pickle.loads(pickle.dumps(op))
     np.testing.assert_array_equal(restored.final.data, original.data)
+
+
+def test_two_final_c_nodes_of_one_op_both_reach_the_weights(rng):
+    # final_c is the op's output 1; two such nodes (RecurrentState(op, 1) beside op.final_c,
+    # or a copied graph's final_c beside the copy's own op.final_c) each handed the op its
+    # gradient, and the second replaced the first: half the gradient, silently
+    x = var64(rng, T, B, F)
+    W, R, b = params(rng, "lstm")
+    op = fused("lstm", x, W, R, b, lengths=RAGGED)
+    first, second = op.final_c, nn.ops.RecurrentState(op, 1)
+    expected, = nn.grad(first.sum() * 2.0, [W])
+    both = first.sum() + second.sum()
+    got, = nn.grad(both, [W])
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
+    got, = nn.grad(both, [W], create_graph=True)
+    np.testing.assert_allclose(got.data, expected, rtol=1e-12)
+    both.back()
+    np.testing.assert_allclose(W.g, expected, rtol=1e-13)
