@@ -65,9 +65,8 @@ class NetVar(ArrayLike, Copyable):
     requires a gradient unless it is False, which marks inputs and targets.
     """
     # An op node sets only what the engine reads on every node (_data, _g, requires_grad,
-    # _parents, _index; _pversion with parents): three writes fewer made a tiny op 2-3% faster.
-    # The others are read with a default or written before they are read. _gread: the zeros a
-    # .g read made; _received: what an op's further outputs handed it in this pass.
+    # _parents, _index; _pversion with parents); the others are read with a default or written
+    # first. _gread: the zeros a .g read made; _received: what further outputs handed an op.
     __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
                  "_version", "_pversion", "_name", "_gread", "_received", "__weakref__")
 
@@ -168,7 +167,10 @@ class NetVar(ArrayLike, Copyable):
     def _renew(self, how):
         """A copy's bookkeeping (nodecopy.py): its own index; ``copy.copy``: its own arrays;
         unpickled: built now, unedited (another process's edit stamps mean nothing here)."""
+        global _edits
         self._index = next(_counter)
+        if how != "unpickled" and getattr(self, "_pversion", _edits) < _edits:
+            _edits += 1     # newer than ops built since an edit, with an older stamp: check all
         if how == "copy":
             self._data = self._data.copy()
             if self._g is not None:
@@ -233,8 +235,7 @@ def propagate(nodes, trace=False):
                     for observer in watching:
                         observer.before(node)
                 parents = node._parents
-                # `_back(*parents)` as a call with a fixed argument list when it has one or two
-                # parents (almost every op): Python runs such a call inside the loop's frame.
+                # a fixed argument list for one or two parents: Python runs it in this frame
                 if len(parents) == 2:
                     node._back(parents[0], parents[1])
                 elif len(parents) == 1:

@@ -6,6 +6,8 @@ caught always (a version stamp, checked once per back()). Item assignment on the
 (``w.data[i] = v``) never reaches NetVar, so it is caught only under ``detect_anomaly()``, which
 hashes each op's inputs when the op is built and again at back().
 """
+import copy
+
 import numpy as np
 import pytest
 
@@ -234,3 +236,18 @@ def test_an_index_mask_or_bound_an_op_keeps_edited_in_place_is_caught_in_anomaly
         with pytest.raises(nn.InplaceEditError, match=rf"keeps beside its inputs \({names}\)"):
             y.sum().back()
     assert table._g is None
+
+
+@pytest.mark.parametrize("how", [copy.copy, copy.deepcopy])
+def test_a_copy_of_an_op_built_before_an_edit_is_refused_beside_newer_ops(how):
+    """A copy gets a newer creation index than ops built after the edit, but keeps the stamp of
+    the op it copies: back() skipped its check when the graph's oldest op was built after the
+    edit, and x.g was 2 + 2·x_new (8, 10), a gradient of no graph that was ever built."""
+    x = nn.NetVar(np.array([[1.0, 2.0]]))
+    y = x * x
+    x.data = np.array([[3.0, 4.0]])
+    z = x * 2.0                       # built after the edit: the oldest op of the graph below
+    stale = how(y)
+    with pytest.raises(nn.InplaceEditError, match="was changed after the op used it"):
+        (z + stale).sum().back()
+    assert x._g is None
