@@ -23,7 +23,8 @@ To initialise otherwise, assign a parameter: ``layer.W = nn.he(4, 8)``.
 Input of another float dtype than the parameters never promotes the layer's computation
 silently: data (NumPy arrays, a leaf NetVar, even one that needs a gradient) is cast to the
 parameters' dtype (float64 data into a float32 model computes in float32, as its weights
-are); a node computed by ops of another dtype is refused, naming both dtypes.
+are); a node computed by ops of another dtype is refused, naming both dtypes (one computed
+under ``no_grad()`` records no ops: it is data, and cast).
 
 Errors name the layer (``layers.Linear``), the argument and the shapes. A constructor checks
 every argument before it draws a number, so a refused layer leaves nnkit's generator as it was;
