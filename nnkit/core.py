@@ -111,7 +111,7 @@ class NetVar(ArrayLike, Copyable):
         if not self.requires_grad:
             raise RuntimeError(
                 f"back(): {self._describe()} does not require a gradient ({NO_GRAD_CAUSES})")
-        seed = seed_gradient(g, self, f"back(): the seed gradient of {self._describe()}")
+        seed = seed_gradient(g, self, lambda: f"back(): the seed gradient of {self._describe()}")
         nodes = collect((self,))
         check_edits(nodes)              # refused before any gradient changes
         for node in nodes:              # op nodes start from zero (leaves accumulate)

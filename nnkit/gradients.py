@@ -115,10 +115,11 @@ def gradient_copy(node):
 def seed_gradient(g, node, where):
     """The seed of a pass from ``node`` (``back(g)``, ``grad(..., g)``): ones when ``g`` is None,
     else ``g`` checked as ``gradient_from_user`` checks it, never the caller's own array (an
-    op's ``_back`` may add into the gradient it is handed)."""
+    op's ``_back`` may add into the gradient it is handed). ``where`` names the seed in errors:
+    a string, or a function that returns it (called only when there is a ``g`` to check)."""
     if g is None:
         return backend.array_module(node._data).ones_like(node._data)
-    seed = gradient_from_user(g, node, where)
+    seed = gradient_from_user(g, node, where() if callable(where) else where)
     if seed is g or seed is getattr(g, "_data", None):
         seed = seed.copy()
     return seed
