@@ -263,9 +263,9 @@ class Module:
         if _watchers:
             old = self.__dict__.get(name)
             if old is not value and isinstance(old, (NetVar, Module)):
-                replaced = _parameters_of(old)
-                if replaced and isinstance(value, (NetVar, Module)):    # (still held: kept)
-                    kept = {id(p) for p in _parameters_of(value)}
+                replaced = parameters_of(old)
+                if replaced:            # what the new value still holds is not replaced
+                    kept = {id(p) for p in parameters_of(value)}
                     replaced = [p for p in replaced if id(p) not in kept]
                 for watcher in list(_watchers) if replaced else ():
                     watcher.parameters_replaced(replaced, f"{type(self).__name__}.{name}",
@@ -276,14 +276,16 @@ class Module:
 _watchers = weakref.WeakSet()
 
 
-def _parameters_of(old):
-    """The parameters of a value an attribute no longer holds (none for a graph, or for a
-    Module the walk refuses: no optimizer was built over its vars, and removing it must not
-    raise the walk's error)."""
-    if isinstance(old, NetVar):
-        return [old] if old.requires_grad and not old.parents else ()
+def parameters_of(value):
+    """The parameters an attribute's value holds, for the replacement watchers: a parameter
+    itself, a Module's vars, none for anything else (a graph, or a Module the walk refuses: no
+    optimizer was built over its vars, and removing it must not raise the walk's error)."""
+    if isinstance(value, NetVar):
+        return [value] if value.requires_grad and not value.parents else ()
+    if not isinstance(value, Module):
+        return ()
     try:
-        return old.vars
+        return value.vars
     except (TypeError, ValueError):
         return ()
 

@@ -11,7 +11,7 @@ from .. import backend, checks
 from ..arraylike import gradient_only_read
 from ..core import NetVar
 from ..hints import keyword_hint, spelling
-from ..module import Module, watch_replacements
+from ..module import Module, parameters_of, watch_replacements
 
 _ndarray = numpy.ndarray
 
@@ -143,11 +143,7 @@ class Optimizer:
         def assigned_back(owner, attribute, lost):
             value = None if owner is None or owner() is None else \
                 vars(owner()).get(attribute)
-            try:
-                now = {id(value)} if isinstance(value, NetVar) else \
-                    {id(p) for p in value.vars} if isinstance(value, Module) else set()
-            except (TypeError, ValueError):     # a Module the walk refuses: none of them
-                now = set()
+            now = {id(p) for p in parameters_of(value)}
             return all(id(p) in now for p in lost)
 
         return [entry for entry in self._replaced if not assigned_back(*entry[1:])] or None
