@@ -1,10 +1,8 @@
-"""The engine: NetVar, NetOp and the backward pass, in that order.
+"""The engine: NetVar, NetOp and the backward pass, then its interface to the rest of nnkit.
 
-A NetOp computes its value once, eagerly, in its constructor and keeps references to its parents;
-that is the whole graph. ``back()`` collects the op nodes reachable from the root (``collect``),
-in descending creation index (parents are created before their children, so that is a reverse
-topological order), and ``propagate`` calls each ``_back`` once, after all its consumers.
-The functions after NetOp are the engine's interface to the rest of nnkit.
+A NetOp computes its value once, in its constructor, and keeps its parents: that is the graph.
+``back()`` collects the op nodes reachable from the root (``collect``), children first (parents
+are created first: descending creation index), and ``propagate`` calls each ``_back`` once.
 """
 import itertools
 import operator
@@ -164,6 +162,9 @@ class NetVar(ArrayLike, Copyable):
             self._gshared = False
         mine += g
 
+    def _ancestors(self):     # nodecopy's order: the nodes below this one, oldest first
+        return [node for node in reversed(collect((self,), every=True)) if node is not self]
+
     def _renew(self, how):
         """A copy's bookkeeping (nodecopy.py): its own index; ``copy.copy``: its own arrays;
         unpickled: built now, unedited (another process's edit stamps mean nothing here)."""
@@ -280,9 +281,9 @@ class NetOp(NetVar):
     Such an op sets ``n_outputs``: ``_grads`` then gets (g0, g1, ...) (None for an unused one)
     and ``_composite`` returns the tuple of outputs.
 
-    Speed: op files read the slots ``_data``, ``_g`` and ``_parents`` (no property call, no
-    copy of a shared gradient): with ``_describe`` and the rules ``grad()`` calls (``_grads``,
-    ``_composite``) the only private names read across packages (tests/test_structure.py).
+    Speed: op files read the slots ``_data``, ``_g``, ``_parents`` (no property call, no copy
+    of a shared gradient), with ``_describe``, ``_grads`` and ``_composite`` the only private
+    names read across packages (tests/test_structure.py).
     Built-in ops declare ``__slots__``; an op that keeps an array beside its parents (a mask)
     names it in ``kept_arrays``, so that ``detect_anomaly()`` catches an in-place edit of it.
     """
@@ -395,6 +396,5 @@ def link(node, data, a, b=None):
 # ----------------------------------------------------------------------------- interface
 
 def anomaly_mode():
-    """True inside ``detect_anomaly()``: an attached observer checks values, so ops may also run
-    their checks that read GPU data back to the host (skipped otherwise: one copy per call)."""
+    """True inside ``detect_anomaly()``: ops may then run checks that read GPU data back."""
     return any(observer.checks_values for observer in observers)

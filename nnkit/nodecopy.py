@@ -3,7 +3,7 @@
 A copy is a node of its own: a creation index of its own (drawings and traces tell nodes apart
 by it) and, for ``copy.copy``, its own data and gradient arrays (two nodes sharing one array
 would miss each other's edits). What a copy must renew in the engine's bookkeeping is the
-engine's to say: ``_renew``, which core.py's NetVar defines.
+engine's to say: ``_renew`` and ``_ancestors`` (core's walk), which core.py's NetVar defines.
 
 Copying or pickling a node copies the nodes it was computed from, and Python's copy and pickle
 do that by recursing through each node's parents, once per op: a chain of a few thousand ops
@@ -11,11 +11,9 @@ overflowed the stack. So the graph's nodes are copied (pickled) first, oldest fi
 finds its parents done, and the recursion stays one node deep.
 """
 import copy
-import operator
 import threading
 import weakref
 
-_creation_index = operator.attrgetter("_index")
 # Pickle does not tell a node what it has written already, so the node that lays out its graph
 # notes the nodes it hands pickle (id -> weak reference): each is then pickled as it is.
 _laid_out = threading.local()
@@ -30,19 +28,6 @@ def attributes(node):
             if name != "__weakref__" and hasattr(node, name):
                 yield name, getattr(node, name)
     yield from getattr(node, "__dict__", {}).items()
-
-
-def ancestors(node):
-    """The nodes ``node`` was computed from, all the way back, oldest first (by creation index,
-    so that each comes after its parents). Not core's ``collect``: this module lies below the
-    engine, and copies are not on back()'s hot path."""
-    found, stack = set(), list(node._parents)
-    while stack:
-        parent = stack.pop()
-        if parent not in found:
-            found.add(parent)
-            stack.extend(parent._parents)
-    return sorted(found, key=_creation_index)
 
 
 def built_after(older, make, args):
@@ -73,11 +58,16 @@ class Copyable:
         was unpickled ("unpickled"): a creation index of this process, and so on (core.py)."""
         raise NotImplementedError
 
+    def _ancestors(self):
+        """The nodes this one was computed from, oldest first (each after its parents): the
+        engine's graph walk, which core.py gives (copies are not on back()'s hot path)."""
+        raise NotImplementedError
+
     def __deepcopy__(self, memo):
         """An independent copy (data, gradient, parents copied) with a creation index of its
         own, larger than its parents' copies'."""
         if any(id(parent) not in memo for parent in self._parents):
-            for node in ancestors(self):      # oldest first: each finds its parents copied
+            for node in self._ancestors():      # oldest first: each finds its parents copied
                 if id(node) not in memo:
                     copy.deepcopy(node, memo)
         clone = object.__new__(type(self))
@@ -105,7 +95,7 @@ class Copyable:
         noted = pending.pop(id(self), None)
         if (noted is not None and noted() is self) or not self._parents:
             return reduced
-        older = [node for node in ancestors(self) if id(node) not in pending]
+        older = [node for node in self._ancestors() if id(node) not in pending]
         pending.update((id(node), weakref.ref(node)) for node in older)
         older.append(_LaidOut([id(node) for node in older]))
         return (built_after, (older, *reduced[:2]), *reduced[2:])

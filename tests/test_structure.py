@@ -731,6 +731,11 @@ def graph_walks(package):
     for path in sorted(package.rglob("*.py")):
         shown_path = str(path.relative_to(package.parent))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "extend" and \
+                    any(isinstance(a, ast.Attribute) and a.attr in ("parents", "_parents")
+                        for a in node.args) and shown_path != GRAPH_WALK:
+                found.append((shown_path, node.lineno))     # stack.extend(node.parents)
+                continue
             if not (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and
                     isinstance(node.iter, ast.Attribute) and
                     node.iter.attr in ("parents", "_parents")):
@@ -759,5 +764,9 @@ def test_the_graph_walk_checker_names_a_walk_of_its_own(tmp_path):
                    "        for p in stack.pop().parents:\n            seen.add(p)\n"
                    "            stack.append(p)\n    return seen\n",
         "draw.py": "def edges(node):\n    return [(p, node) for p in node.parents]\n",
+        "copies.py": "def below(node):\n    found, stack = set(), list(node._parents)\n"
+                     "    while stack:\n        parent = stack.pop()\n"
+                     "        found.add(parent)\n        stack.extend(parent._parents)\n"
+                     "    return found\n",
     })
-    assert graph_walks(package) == [("pkg/tool.py", 4)]
+    assert graph_walks(package) == [("pkg/copies.py", 6), ("pkg/tool.py", 4)]
