@@ -34,6 +34,7 @@ from .data import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
 from .viz import *  # noqa: F401,F403
 from .autodiff import grad
+from .replay import capture
 from .gradient_check import *  # noqa: F401,F403
 from .trace import *  # noqa: F401,F403
 from . import data as _data, gradient_check as _gradient_check, hints as _hints, init as _init
@@ -45,6 +46,8 @@ __version__ = "0.1.0"
 __all__ = [
     # the engine
     "NetVar", "NetOp", "constant", "InplaceEditError", "grad", "unbroadcast",
+    # capture and replay (nnkit/replay/)
+    "capture",
     # modes, dtypes, devices, random numbers, anomalies
     "no_grad", "enable_grad", "is_grad_enabled", "eval_mode", "train_mode", "is_training",
     "get_dtype", "set_dtype", "gpu_available", "seed", "get_rng_state", "set_rng_state",

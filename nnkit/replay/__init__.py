@@ -1,0 +1,474 @@
+"""``nn.capture(fn)``: record a step's array operations once, replay them into arrays allocated once.
+
+``step = nn.capture(fn)``; ``step(*inputs)`` returns what ``fn(*inputs)`` returns. The first call
+with a signature (the inputs' shapes and dtypes, Python numbers by value, the grad and train
+modes, the default dtype) runs ``fn`` eagerly while recording every array operation of the
+forward pass, the backward pass and any optimizer step (``record.py``); later calls with that
+signature check that nothing the step reads changed (``world.py``), copy the inputs in, and
+run the recorded operations into the same arrays, with the optimizer's ``step()`` run as it is
+(it reads its learning rate and counts live). The replay gives the same bits as eager; where it
+cannot, the step records again or runs eagerly, never stale. docs/capture.md has the rules.
+"""
+import warnings
+
+import numpy
+
+from .. import backend, core
+from ..core import NetVar, constant
+from ..dtypes import get_dtype
+from ..modes import state as modes, threads_without_grad
+from ..optim.base import Optimizer
+from . import record as recording
+from .record import GuardFailed, Recording, Traced, Unrecordable, patched, plain
+from .world import World, changed, failed_guard
+
+__all__ = ["capture"]
+_ndarray = numpy.ndarray
+
+
+def capture(fn=None, *, check=False, max_signatures=8):
+    """Capture the step ``fn``: ``nn.capture(fn)`` or ``@nn.capture`` (see the module docstring).
+
+    ``check=True`` runs every call twice, eagerly and replayed, from the same state, and raises
+    at the first difference (for finding what a step does that capture cannot see).
+    ``max_signatures``: how many signatures are kept recorded; a new one beyond it warns and
+    forgets the oldest.
+    """
+    if fn is None:
+        return lambda f: Captured(f, check, max_signatures)
+    return Captured(fn, check, max_signatures)
+
+
+class Captured:
+    """A captured step: call it as the step itself."""
+
+    def __init__(self, fn, check=False, max_signatures=8):
+        if not callable(fn):
+            raise TypeError(f"capture: fn must be callable, got {type(fn).__name__}")
+        if not (isinstance(max_signatures, int) and max_signatures >= 1):
+            raise ValueError(f"capture: max_signatures must be an int >= 1, got {max_signatures!r}")
+        self.fn, self.check, self.max_signatures = fn, bool(check), max_signatures
+        self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
+        self.records = self.replays = 0
+        self.__wrapped__ = fn
+
+    def __repr__(self):
+        return (f"capture({getattr(self.fn, '__qualname__', self.fn)!r}: {len(self.schedules)} "
+                f"signatures, {self.records} recorded, {self.replays} replayed)")
+
+    def __call__(self, *inputs):
+        if core.observers or recording.active is not None:
+            return self.fn(*inputs)         # an observer sees every op: eager (docs/capture.md)
+        key = signature(inputs)
+        schedule = self.schedules.get(key)
+        if isinstance(schedule, str):       # this signature runs eagerly (warned once)
+            return self.fn(*inputs)
+        if schedule is not None:
+            why = schedule.stale()
+            if why is None:
+                try:
+                    if self.check:
+                        return self._checked(schedule, inputs)
+                    result = schedule.replay(inputs)
+                    self.replays += 1
+                    return result
+                except GuardFailed as failure:
+                    why = str(failure)
+            schedule.records_in_a_row += 1
+            if schedule.records_in_a_row == 4:
+                warnings.warn(f"capture: {_name(self.fn)} recorded again {schedule.records_in_a_row} "
+                              f"calls in a row ({why}): replays gain nothing", stacklevel=2)
+        elif len(self.schedules) >= self.max_signatures:
+            warnings.warn(f"capture: {_name(self.fn)} met more than {self.max_signatures} "
+                          "signatures (input shapes, dtypes, modes); the oldest is forgotten: "
+                          "pad to fewer shapes (docs/capture.md, 'Buckets')", stacklevel=2)
+            del self.schedules[next(iter(self.schedules))]
+        self.records += 1
+        try:
+            new, result = Schedule.record(self.fn, inputs)
+        except Unrecordable as refusal:
+            warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
+                          f"{refusal}", stacklevel=2)
+            self.schedules[key] = str(refusal)
+            return refusal.result
+        if schedule is not None:
+            new.records_in_a_row = schedule.records_in_a_row
+        self.schedules[key] = new
+        return result
+
+    def _checked(self, schedule, inputs):
+        """Eager from a saved state, then the replay from the same state: the same bits."""
+        saved = schedule.save()
+        eager = self.fn(*inputs)
+        eager_state = schedule.save()
+        schedule.restore(saved)
+        replayed = schedule.replay(inputs)
+        self.replays += 1
+        difference = _difference(_values(eager), _values(replayed), "the result")
+        difference = difference or _difference(eager_state.values(), schedule.save().values(),
+                                                "the state after the step")
+        if difference:
+            raise AssertionError(f"capture(check=True): {_name(self.fn)}: the replay differs "
+                                 f"from eager in {difference}")
+        return replayed
+
+
+def signature(inputs):
+    parts = [modes.grad, modes.train, threads_without_grad[0] > 0, get_dtype()]
+    for value in inputs:
+        if isinstance(value, NetVar):
+            parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad))
+        elif isinstance(value, _ndarray):
+            parts.append(("array", type(value), value.shape, value.dtype))
+        elif isinstance(value, (int, float, bool, str, type(None))):
+            parts.append(("value", type(value), value))
+        else:
+            parts.append(("object", id(value)))
+    return tuple(parts)
+
+
+class Schedule:
+    """One signature's recording: the program and what a replay hands in and out."""
+
+    records_in_a_row = 0
+
+    @classmethod
+    def record(cls, fn, inputs):
+        world = World(fn, inputs)
+        rec = Recording()
+        schedule = cls()
+        schedule.world = world
+        swaps = []          # (holder, attribute, value before)
+        start = next(core._counter)
+        before = world.snapshot()
+        counters = [(owner, name, getattr(owner, name))
+                    for owner in world.owners for name in getattr(type(owner), "counters", ())]
+
+        def swap(holder, attribute, twin):
+            swaps.append((holder, attribute, getattr(holder, attribute)))
+            setattr(holder, attribute, twin)
+
+        schedule.inputs = []
+        traced_inputs = []
+        for value in inputs:
+            if isinstance(value, (_ndarray, NetVar)):
+                source = value._data if isinstance(value, NetVar) else value
+                buffer = numpy.array(source, copy=True, subok=False)
+                rec.vary(buffer)
+                schedule.inputs.append(buffer)
+                twin = rec.traced_view(buffer)
+                if isinstance(value, NetVar):
+                    swap(value, "_data", twin)
+                    traced_inputs.append(value)
+                else:
+                    traced_inputs.append(twin)
+            else:
+                schedule.inputs.append(None)
+                traced_inputs.append(value)
+        entries = []        # (holder, attribute, entry buffer): copied in at each replay
+        for leaf in world.leaves:
+            rec.vary(leaf._data)
+            swap(leaf, "_data", rec.traced_view(leaf._data))
+            if leaf._g is not None:
+                entry = numpy.array(leaf._g, copy=True, subok=False)
+                rec.vary(entry)
+                entries.append((leaf, "_g", entry))
+                swap(leaf, "_g", rec.traced_view(entry))
+        for owner in world.owners:
+            for name in type(owner).buffers:
+                value = getattr(owner, name, None)
+                if isinstance(value, _ndarray):
+                    entry = numpy.array(value, copy=True, subok=False)
+                    rec.vary(entry)
+                    entries.append((owner, name, entry))
+                    swap(owner, name, rec.traced_view(entry))
+        met = Meeting()
+        core.observers.append(met)
+        live_step = Optimizer.step
+
+        def step(optimizer):
+            grads = [(p, None if p._g is None else plain(p._g), p._gshared)
+                     for group in optimizer.param_groups for p in group["params"]]
+            rec.add(_live_step, (live_step, optimizer, grads), {}, (), True)
+            rec.paused = True
+            try:
+                live_step(optimizer)
+            finally:
+                rec.paused = False
+        Optimizer.step = step
+        result = error = None
+        try:
+            with patched(rec):
+                try:
+                    result = fn(*traced_inputs)
+                except BaseException as raised:
+                    error = raised
+        finally:
+            Optimizer.step = live_step
+            core.observers.remove(met)
+        # what the step left: refused (reasons in rec.refusals) or handed out at each replay
+        schedule.outputs = _outputs(result, rec)
+        for leaf in met.leaves:
+            if leaf._index < start and not any(leaf is known for known in world.leaves) \
+                    and leaf.requires_grad and type(leaf._data) is not Traced:
+                rec.refuse(f"the step uses a parameter capture did not find before it ran "
+                           f"({leaf._describe()}): keep parameters in a Module, an optimizer, "
+                           "or a name the step reads")
+        schedule.leaves = [leaf for leaf in world.leaves + met.leaves if leaf._index < start]
+        schedule.grads_out = []
+        for leaf in schedule.leaves:
+            if leaf._g is not None and type(leaf._g) is Traced:
+                schedule.grads_out.append((leaf, plain(leaf._g)))
+        for holder, attribute, old in swaps:
+            value = getattr(holder, attribute)
+            if attribute == "_data" and not (type(value) is Traced and _root(plain(value)) is _root(
+                    old if type(old) is not Traced else plain(old))):
+                rec.refuse(f"the step assigned new data to {holder._describe()}")
+        schedule.entries = entries
+        schedule.counters = [(owner, name, getattr(owner, name) - value)
+                             for owner, name, value in counters]
+        # put back the plain arrays; what the step rebinds or writes is handed out at a replay
+        schedule.outs = []          # (holder, attribute, buffer, "rebind" or "write")
+        originals = {(id(holder), attribute): old for holder, attribute, old in swaps}
+        for holder, attribute, old in swaps:
+            if attribute == "_data":
+                holder._data = old
+        for holder, attribute, entry in entries:
+            if attribute == "_g":
+                continue
+            value = getattr(holder, attribute)
+            original = originals[(id(holder), attribute)]
+            if type(value) is not Traced:
+                rec.refuse(f"the step assigned {type(holder).__name__}.{attribute} a value "
+                           "capture did not see computed")
+            elif _root(plain(value)) is not entry:
+                schedule.outs.append((holder, attribute, plain(value), "rebind"))
+                setattr(holder, attribute, plain(value).copy())
+            else:
+                setattr(holder, attribute, original)
+                if _written(rec, entry):
+                    numpy.copyto(original, entry)
+                    schedule.outs.append((holder, attribute, entry, "write"))
+        for leaf, buffer in schedule.grads_out:
+            leaf._g, leaf._gshared = buffer.copy(), True
+        for leaf in schedule.leaves:
+            if type(leaf._g) is Traced:
+                leaf._g, leaf._gshared = plain(leaf._g).copy(), True
+        ignore = {(owner, name) for owner, name, _ in schedule.counters}
+        for holder, name in changed(before, world.snapshot(), ignore):
+            rec.refuse(f"the step changed {type(holder).__name__}.{name}, which a replay "
+                       "would not")
+        eager_result = _handed_out(schedule.outputs)
+        if error is not None:
+            raise error
+        if rec.refusals:
+            refusal = Unrecordable("; ".join(rec.refusals))
+            refusal.result = eager_result
+            raise refusal
+        schedule.program = _program(rec)
+        schedule.entry_grads = _entry_grads(schedule.leaves)
+        schedule.snapshot = world.snapshot()
+        schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
+        schedule.draws = any(step[0] is recording._draw for step in rec.program)
+        return schedule, eager_result
+
+    # -- a replay
+    def stale(self):
+        """Why this schedule cannot replay now (something the step reads changed), or None."""
+        why = failed_guard(self.world.guards)
+        if why:
+            return why
+        for leaf, data in self.data:
+            if leaf._data is not data:
+                return f"the data of {leaf._describe()} was replaced"
+        if _entry_grads(self.leaves) != self.entry_grads:
+            return "a parameter's gradient was set or reset outside the step"
+        if changed(self.snapshot, self.world.snapshot()):
+            holder, name = changed(self.snapshot, self.world.snapshot())[0]
+            return f"{type(holder).__name__}.{name} changed"
+        for holder, attribute, entry in self.entries:
+            value = getattr(holder, attribute)
+            if getattr(value, "shape", None) != entry.shape or value.dtype != entry.dtype:
+                return f"{type(holder).__name__}.{attribute} changed shape or dtype"
+        return None
+
+    def replay(self, inputs):
+        for buffer, value in zip(self.inputs, inputs):
+            if buffer is not None:
+                numpy.copyto(buffer, value._data if isinstance(value, NetVar) else value)
+        for holder, attribute, entry in self.entries:
+            numpy.copyto(entry, getattr(holder, attribute))
+        saved = backend.get_rng_state() if self.draws else None
+        try:
+            for function, args, kwargs in self.program:
+                function(*args, **kwargs)
+        except GuardFailed:
+            if saved is not None:
+                backend.set_rng_state(saved)
+            raise
+        for leaf, buffer in self.grads_out:
+            leaf._g, leaf._gshared = buffer.copy(), True
+        for holder, attribute, buffer, how in self.outs:
+            if how == "rebind":
+                setattr(holder, attribute, buffer.copy())
+            else:
+                numpy.copyto(getattr(holder, attribute), buffer)
+        for owner, name, delta in self.counters:
+            setattr(owner, name, getattr(owner, name) + delta)
+        return _handed_out(self.outputs)
+
+    # -- check=True
+    def save(self):
+        state = {}
+        for leaf in self.leaves:
+            state[("data", id(leaf))] = leaf._data.copy()
+        for holder, attribute, _ in self.entries:
+            state[("entry", id(holder), attribute)] = numpy.array(getattr(holder, attribute))
+        for optimizer in self.world.optimizers:
+            state[("optimizer", id(optimizer))] = _copied(optimizer.state)
+        for owner, name, _ in self.counters:
+            state[("counter", id(owner), name)] = getattr(owner, name)
+        state["rng"] = backend.get_rng_state()
+        state["holders"] = [(leaf, leaf._g, leaf._gshared) for leaf in self.leaves]
+        return state
+
+    def restore(self, state):
+        for leaf in self.leaves:
+            leaf._data[...] = state[("data", id(leaf))]
+        for holder, attribute, _ in self.entries:
+            setattr(holder, attribute, state[("entry", id(holder), attribute)].copy())
+        for optimizer in self.world.optimizers:
+            optimizer.state[:] = _copied(state[("optimizer", id(optimizer))])
+        for owner, name, _ in self.counters:
+            setattr(owner, name, state[("counter", id(owner), name)])
+        backend.set_rng_state(state["rng"])
+        for leaf, g, shared in state["holders"]:
+            leaf._g, leaf._gshared = g, shared
+
+
+class Meeting:
+    """The observer a recording attaches: it meets every leaf the step's ops read."""
+    checks_values = False
+
+    def __init__(self):
+        self.leaves = []
+        self._ids = set()
+
+    def forward(self, node, parents):
+        for parent in parents:
+            if not parent._parents and not isinstance(parent, core.NetOp) \
+                    and id(parent) not in self._ids:
+                self._ids.add(id(parent))
+                self.leaves.append(parent)
+
+    def before(self, node):
+        pass
+
+    def after(self, node):
+        pass
+
+
+def _live_step(step, optimizer, grads):
+    for p, g, shared in grads:
+        p._g, p._gshared = g, shared
+    step(optimizer)
+
+
+def _program(rec):
+    """The instructions a replay runs: those that read something that varies, and the ones
+    that rebuild an array that something else writes into (a zeros an add.at fills)."""
+    writers = {}
+    for function, args, kwargs, writes, variable in rec.program:
+        for array in writes:
+            writers[id(recording._root(array))] = writers.get(id(recording._root(array)), 0) + 1
+    kept = []
+    for function, args, kwargs, writes, variable in rec.program:
+        if variable or any(writers[id(recording._root(array))] > 1 for array in writes):
+            kept.append((function, args, kwargs))
+    return kept
+
+
+def _written(rec, entry):
+    return any(recording._root(array) is entry
+               for _, _, _, writes, _ in rec.program for array in writes)
+
+
+def _root(array):
+    return recording._root(array)
+
+
+def _entry_grads(leaves):
+    return [(leaf._g is None, leaf._gshared if leaf._g is not None else None) for leaf in leaves]
+
+
+def _outputs(result, rec):
+    """What the step returned, with each node and array as the buffer its value is in."""
+    if isinstance(result, NetVar):
+        data = result._data
+        if type(data) is not Traced:
+            rec.refuse("the step returns a node whose value capture did not see computed")
+            return ("value", result)
+        return ("node", plain(data))
+    if type(result) is Traced:
+        return ("array", plain(result))
+    if isinstance(result, _ndarray):
+        rec.refuse("the step returns an array capture did not see computed")
+        return ("value", result)
+    if isinstance(result, (tuple, list)):
+        return (type(result), [_outputs(item, rec) for item in result])
+    if isinstance(result, dict):
+        return (dict, {key: _outputs(item, rec) for key, item in result.items()})
+    if not isinstance(result, (int, float, complex, bool, str, type(None))):
+        rec.refuse(f"the step returns a {type(result).__name__}")
+    return ("value", result)
+
+
+def _handed_out(spec):
+    kind, value = spec
+    if kind == "node":
+        return constant(value.copy())
+    if kind == "array":
+        return value.copy()
+    if kind == "value":
+        return value
+    if kind is dict:
+        return {key: _handed_out(item) for key, item in value.items()}
+    return kind(_handed_out(item) for item in value)
+
+
+def _values(result):
+    if isinstance(result, NetVar):
+        return [result._data]
+    if isinstance(result, (tuple, list)):
+        return [v for item in result for v in _values(item)]
+    if isinstance(result, dict):
+        return [v for item in result.values() for v in _values(item)]
+    return [result]
+
+
+def _difference(a, b, what):
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        return what
+    for x, y in zip(a, b):
+        if isinstance(x, list):
+            found = _difference(x, y, what)
+        elif isinstance(x, _ndarray) or isinstance(y, _ndarray):
+            found = None if (numpy.shape(x) == numpy.shape(y) and numpy.array_equal(
+                x, y, equal_nan=True)) else what
+        elif isinstance(x, dict):
+            found = None if repr(sorted(x)) == repr(sorted(y)) else what
+        else:
+            found = None if (x == y or (x != x and y != y)) else what
+        if found:
+            return found
+    return None
+
+
+def _copied(value):
+    import copy
+    return copy.deepcopy(value)
+
+
+def _name(fn):
+    return getattr(fn, "__qualname__", None) or type(fn).__name__

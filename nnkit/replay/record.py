@@ -1,0 +1,399 @@
+"""Recording: the first call of a captured step, run eagerly with every array operation written
+down as an instruction that a replay repeats into the same arrays.
+
+While a ``Recording`` is active the arrays a step computes with are ``Traced``: a NumPy array
+subclass whose ufuncs (``__array_ufunc__``: the operators, ``xp.exp``, ``.sum()``, ...), NumPy
+functions (``__array_function__``: ``xp.einsum``, ``xp.where``, ...) and the methods listed on
+the class run on the plain arrays underneath, and are recorded:
+
+- a result that is a new array becomes a *buffer*: the instruction writes into that very array
+  at each replay (``out=`` where the function takes it, else a copy of what it returns), so a
+  replay allocates nothing and every view of a buffer stays valid;
+- a result that is a view of an argument needs no instruction (its memory is a buffer's);
+- a call that returns None (``xp.add.at``, ``a[i] = v``, ``copyto``) is a write, replayed as is;
+- a value read into Python (``bool``, ``float``, ``int``, ``.item()``, ``.tolist()``) is a
+  *guard*: the replay reads it again and stops (the step is recorded again) when it differs.
+
+What no instruction reaches is refused, never frozen: an array made by an operation this file
+does not know (``__array_finalize__`` outside a recorded call) marks the recording unusable, and
+the step then runs eagerly with a warning naming where.
+"""
+import operator
+import sys
+
+import numpy
+
+from .. import backend
+
+_ndarray = numpy.ndarray
+active = None           # the Recording in progress (recording runs in one thread at a time)
+
+
+class GuardFailed(Exception):
+    """A replay read a value into Python that differs from the recording's (or a shape)."""
+
+
+class Unrecordable(Exception):
+    """The step did something a replay could not repeat; the message says what and where."""
+
+
+def _site():
+    """``file:line`` of the first frame outside NumPy and this package: where a step read."""
+    frame = sys._getframe(2)
+    while frame is not None and ("numpy" in frame.f_code.co_filename
+                                 or frame.f_code.co_filename.endswith("record.py")):
+        frame = frame.f_back
+    return "?" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _method(name):
+    """A method of ndarray that NumPy does not dispatch, recorded as a call of it."""
+    function = getattr(_ndarray, name)
+
+    def recorded(self, *args, **kwargs):
+        return call(function, (self,) + args, kwargs)
+    recorded.__name__ = name
+    return recorded
+
+
+def _read(convert):
+    def read(self, *args):
+        value = convert(plain(self), *args)
+        if active is not None and not active.paused:
+            active.guard(convert, (plain(self),) + args, value)
+        return value
+    return read
+
+
+class Traced(_ndarray):
+    """An array of a recording: its operations are written down (see the module docstring)."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return call(getattr(ufunc, method) if method != "__call__" else ufunc, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return call(func, args, kwargs)
+
+    def __array_finalize__(self, obj):
+        if active is not None and not active.inside and obj is not None:
+            active.refuse(f"an array operation capture does not record ({_site()})")
+
+    for _name in ("reshape", "transpose", "swapaxes", "squeeze", "ravel", "flatten", "astype",
+                  "copy", "__getitem__", "__setitem__", "fill", "argmax", "argmin", "argsort",
+                  "sort", "dot", "take", "repeat", "cumsum", "cumprod", "nonzero", "put",
+                  "view", "__copy__", "__deepcopy__", "__reduce__", "__reduce_ex__",
+                  "byteswap", "partition", "searchsorted", "diagonal", "conj", "round"):
+        locals()[_name] = _method(_name)
+    del _name
+    T = property(lambda self: call(_ndarray.transpose, (self,), {}))
+    __bool__ = _read(_ndarray.__bool__)
+    __float__ = _read(_ndarray.__float__)
+    __int__ = _read(_ndarray.__int__)
+    __index__ = _read(_ndarray.__index__)
+    __complex__ = _read(_ndarray.__complex__)
+    item = _read(_ndarray.item)
+    tolist = _read(_ndarray.tolist)
+    tobytes = _read(_ndarray.tobytes)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def plain(value):
+    """``value`` with every Traced array (also inside a tuple, list or dict) as its plain array."""
+    kind = type(value)
+    if kind is Traced:
+        found = active.plains.get(id(value)) if active is not None else None
+        return found if found is not None else _ndarray.view(value, _ndarray)
+    if kind is tuple or kind is list:
+        return kind(plain(item) for item in value)
+    if kind is dict:
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
+def holds_traced(value):
+    kind = type(value)
+    if kind is Traced:
+        return True
+    if kind is tuple or kind is list:
+        return any(holds_traced(item) for item in value)
+    if kind is dict:
+        return any(holds_traced(item) for item in value.values())
+    return False
+
+
+def call(function, args, kwargs):
+    """Run ``function`` on the plain arrays; while recording, write it down (see above). An
+    ``out=`` array is returned as it was given (``a += b`` keeps ``a`` a Traced array)."""
+    given = kwargs.get("out")
+    args, kwargs = plain(args), plain(kwargs)
+    if active is None or active.paused:
+        result = function(*args, **kwargs)
+    else:
+        result = active.record(function, args, kwargs)
+    if given is not None:
+        if type(given) is tuple:
+            return given[0] if len(given) == 1 and type(result) is not tuple else given
+        return given
+    return result
+
+
+def _wrapped(kind, result):
+    return kind(result) if kind is tuple else result
+
+
+class Recording:
+    """One recording: the instructions, the buffers, the guards and what was refused."""
+
+    def __init__(self):
+        self.program = []       # (function, args, kwargs): the replay calls each in turn
+        self.plains = {}        # id(Traced) -> its plain array (the buffer or view it is)
+        self.traced = []        # the Traced arrays made (kept alive: their ids key plains)
+        self.buffers = {}       # id(plain array) -> plain array: every array an instruction writes
+        self.variable = set()   # ids of the arrays whose values differ from replay to replay
+        self.inside = False     # in a recorded call: the arrays NumPy makes there are expected
+        self.paused = False     # an optimizer's step runs live, its arrays plain
+        self.refusals = []
+
+    def refuse(self, why):
+        if why not in self.refusals:
+            self.refusals.append(why)
+
+    def traced_view(self, array):
+        """The Traced twin of the plain ``array`` (a buffer, a view of one, or a constant)."""
+        self.inside = True
+        try:
+            twin = _ndarray.view(array, Traced)
+        finally:
+            self.inside = False
+        self.plains[id(twin)] = array
+        self.traced.append(twin)
+        return twin
+
+    def add(self, function, args, kwargs, writes=(), reads_variable=None):
+        """Append an instruction; ``writes``: the arrays it writes (its results, its out=)."""
+        if reads_variable is None:
+            reads_variable = self._reads_variable(args, kwargs)
+        self.program.append((function, args, kwargs, tuple(writes), reads_variable))
+        for array in writes:
+            self.buffers[id(array)] = array
+            if reads_variable:
+                self.variable.add(id(_root(array)))
+
+    def vary(self, array):
+        """Mark ``array`` (an input, a parameter's data) as changing from replay to replay."""
+        self.variable.add(id(_root(array)))
+
+    def _reads_variable(self, args, kwargs):
+        def variable(value):
+            kind = type(value)
+            if kind is _ndarray:
+                return id(_root(value)) in self.variable
+            if kind is tuple or kind is list:
+                return any(variable(item) for item in value)
+            if kind is dict:
+                return any(variable(item) for item in value.values())
+            return False
+        return variable(args) or variable(kwargs)
+
+    def record(self, function, args, kwargs):
+        self.inside = True
+        try:
+            result = function(*args, **kwargs)
+        finally:
+            self.inside = False
+        if "out" in kwargs and kwargs["out"] is not None:
+            out = kwargs["out"]
+            self.add(function, args, kwargs, out if type(out) is tuple else (out,))
+            return _retrace(self, result)
+        if result is None:                  # a write into an argument: a[i] = v, add.at, ...
+            self.add(function, args, kwargs, _written(function, args))
+            return None
+        results = result if type(result) is tuple else (result,)
+        if not all(isinstance(item, (_ndarray, numpy.generic)) for item in results):
+            self.guard(function, args, result)      # a Python value (shape tuples are fine)
+            return result
+        made = []
+        fresh = []
+        for item in results:
+            if isinstance(item, numpy.generic):
+                item = numpy.array(item)
+            elif type(item) is not _ndarray:
+                item = _ndarray.view(item, _ndarray)
+            if not _is_view_of(item, args, kwargs):
+                fresh.append(item)
+            made.append(item)
+        if fresh:
+            self._write_fresh(function, args, kwargs, made, fresh)
+        twins = [self.traced_view(item) for item in made]
+        return tuple(twins) if type(result) is tuple else twins[0]
+
+    def _write_fresh(self, function, args, kwargs, made, fresh):
+        if len(made) == 1 and _takes_out(function, args, kwargs, made[0]):
+            self.add(function, args, dict(kwargs, out=made[0]), made)
+        else:
+            self.add(_into, (tuple(made), function, args, kwargs), {}, fresh,
+                     self._reads_variable(args, kwargs))
+
+    def guard(self, function, args, value):
+        """A value read into Python: the replay reads it again and compares."""
+        self.add(_check, (function, args, value, _site()), {}, ())
+
+    def create(self, array, variable=False):
+        """An array made without a traced argument (zeros, a random draw): a buffer whose
+        creation the replay repeats only when something writes into it (see Program)."""
+        self.add(_restore, (array, array.copy()), {}, (array,), variable)
+        return self.traced_view(array)
+
+
+def _root(array):
+    while array.base is not None and isinstance(array.base, _ndarray):
+        array = array.base
+    return array
+
+
+def _arrays(value):
+    kind = type(value)
+    if kind is _ndarray:
+        yield value
+    elif kind is tuple or kind is list:
+        for item in value:
+            yield from _arrays(item)
+    elif kind is dict:
+        for item in value.values():
+            yield from _arrays(item)
+
+
+def _is_view_of(result, args, kwargs):
+    return any(numpy.may_share_memory(result, array)
+               for array in _arrays((args, kwargs)))
+
+
+def _written(function, args):
+    return tuple(array for array in args[:1] if type(array) is _ndarray)
+
+
+def _retrace(recording, result):
+    if type(result) is tuple:
+        return tuple(_retrace(recording, item) for item in result)
+    if type(result) is _ndarray:
+        return recording.traced_view(result)
+    return result
+
+
+_takes_out_cache = {}
+
+
+def _takes_out(function, args, kwargs, result):
+    """Whether ``function(..., out=result)`` writes the same bits: tried once per call site."""
+    if isinstance(function, numpy.ufunc) or (
+            hasattr(function, "__self__") and isinstance(function.__self__, numpy.ufunc)):
+        return True
+    if function in (operator.getitem, _ndarray.__getitem__) or getattr(
+            function, "__name__", "") in ("astype", "copy", "reshape", "transpose"):
+        return False
+    try:
+        again = numpy.empty_like(result)
+        function(*args, **dict(kwargs, out=again))
+    except (TypeError, ValueError):
+        return False
+    return again.tobytes() == result.tobytes()
+
+
+def _into(targets, function, args, kwargs):
+    """Replay a call whose function takes no ``out=``: copy what it returns into the buffers."""
+    results = function(*args, **kwargs)
+    if type(results) is not tuple:
+        results = (results,)
+    for target, value in zip(targets, results):
+        if numpy.shape(value) != target.shape:      # a shape that follows the data
+            raise GuardFailed(f"{getattr(function, '__name__', function)} returned shape "
+                              f"{numpy.shape(value)}, not {target.shape}")
+        numpy.copyto(target, value, casting="unsafe")
+
+
+def _check(function, args, expected, site):
+    value = function(*args)
+    if type(value) is not type(expected) or not _same(value, expected):
+        raise GuardFailed(f"a value read into Python at {site} changed")
+
+
+def _same(value, expected):
+    if isinstance(expected, (tuple, list)):
+        return len(value) == len(expected) and all(map(_same, value, expected))
+    if isinstance(expected, _ndarray):
+        return numpy.array_equal(value, expected)
+    return value == expected or (value != value and expected != expected)
+
+
+def _restore(array, initial):
+    numpy.copyto(array, initial)
+
+
+# ----------------------------------------------------------------------------- NumPy's makers
+
+_MAKERS = ("zeros", "ones", "empty", "full", "arange", "eye", "identity", "linspace", "tri")
+_CONVERTERS = ("asarray", "ascontiguousarray", "asfortranarray", "array", "asanyarray")
+
+
+def _maker(original):
+    def make(*args, **kwargs):
+        if active is None or active.paused:
+            return original(*args, **kwargs)
+        return active.create(original(*args, **kwargs))
+    return make
+
+
+def _converter(original):
+    def convert(value, *args, **kwargs):
+        if active is None or active.paused or not holds_traced(value):
+            return original(value, *args, **kwargs)
+        return call(original, (value,) + args, kwargs)
+    return convert
+
+
+class _Draws:
+    """nnkit's generator while recording: each draw is an instruction that draws again from
+    the generator ``backend.rng`` gives at the replay (the same stream as eager)."""
+
+    def __init__(self, xp, original):
+        self.xp, self.original = xp, original
+
+    def __getattr__(self, name):
+        def draw(*args, **kwargs):
+            value = getattr(self.original(self.xp), name)(*args, **kwargs)
+            if active is None or active.paused or not isinstance(value, _ndarray):
+                return value
+            active.add(_draw, (self.original, self.xp, name, args, kwargs, value), {}, (value,),
+                       True)
+            return active.traced_view(value)
+        return draw
+
+
+def _draw(rng, xp, name, args, kwargs, target):
+    numpy.copyto(target, getattr(rng(xp), name)(*args, **kwargs))
+
+
+class patched:
+    """NumPy's makers and converters, and nnkit's generator, recorded while a recording is on."""
+
+    def __init__(self, recording):
+        self.recording = recording
+
+    def __enter__(self):
+        global active
+        self.saved = [(numpy, name, getattr(numpy, name)) for name in _MAKERS + _CONVERTERS]
+        self.saved.append((backend, "rng", backend.rng))
+        for module, name, original in self.saved[:-1]:
+            setattr(module, name, (_maker if name in _MAKERS else _converter)(original))
+        rng = backend.rng
+        backend.rng = lambda xp=numpy: _Draws(xp, rng)
+        active = self.recording
+        return self.recording
+
+    def __exit__(self, *exc):
+        global active
+        active = None
+        for module, name, original in self.saved:
+            setattr(module, name, original)

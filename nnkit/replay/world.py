@@ -1,0 +1,233 @@
+"""What a captured step reads besides its inputs, found before it records, and the guards that
+check at every replay that none of it changed.
+
+A replay does not run the step's Python, so whatever that Python read is checked instead:
+
+- the names the step's code reads: its globals, its closure, its defaults and, for a bound
+  method, its object's attributes, and so on into the Python functions it calls and the
+  objects it reads attributes of (``reads``). Numbers, strings and tuples of them are compared
+  by value, arrays by identity and contents, anything else by identity;
+- every Module those lead to (also through an optimizer's parameters' owners is not possible:
+  an optimizer holds only parameters), and every object holding buffers: each attribute, by
+  value for numbers, by identity for the rest (``snapshot``), so replacing a parameter, adding a
+  layer or changing ``dropout.p`` records again.
+"""
+import dis
+import types
+
+import numpy
+
+from ..core import NetVar
+from ..module import Module, walk
+from ..optim.base import Optimizer
+
+_ndarray = numpy.ndarray
+_VALUES = (int, float, complex, bool, str, bytes, type(None), numpy.generic, numpy.dtype)
+_SKIPPED_MODULES = ("numpy", "nnkit", "builtins", "math", "functools", "itertools", "torch")
+
+
+class World:
+    """The models, optimizers, parameters and buffers a step can reach, and the guards."""
+
+    def __init__(self, fn, inputs):
+        self.guards = []        # (description, read, expected, how): how is "value" or "is"
+        self.modules, self.optimizers, self.owners = [], [], []
+        self.leaves = []        # NetVars reachable before the step (parameters and constants)
+        self._seen = set()
+        for position, value in enumerate(inputs):
+            self._visit(value, f"input {position}", None, depth=0)
+        self._read_function(fn, _name(fn), depth=0)
+        for module in list(self.modules):
+            for name, kind, value in walk(module):
+                if kind == "module":
+                    self._add(value, self.modules)
+                elif kind in ("var", "constant"):
+                    self._add(value, self.leaves)
+                elif kind == "buffer":
+                    self._add(value[0], self.owners)
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    self._add(p, self.leaves)
+
+    def _add(self, value, found):
+        if all(item is not value for item in found):
+            found.append(value)
+
+    # -- the Python the step reads
+    def _read_function(self, fn, where, depth):
+        if id(fn) in self._seen or depth > 4:
+            return
+        self._seen.add(id(fn))
+        if isinstance(fn, types.MethodType):
+            self._visit(fn.__self__, f"{where}.__self__", None, depth + 1,
+                        _attribute_names(fn.__func__.__code__))
+            fn = fn.__func__
+        if not isinstance(fn, types.FunctionType):
+            if callable(fn) and not isinstance(fn, type):
+                self._visit(fn, where, None, depth + 1,
+                            _attribute_names(type(fn).__call__.__code__)
+                            if isinstance(getattr(type(fn), "__call__", None),
+                                          types.FunctionType) else ())
+            return
+        code = fn.__code__
+        names = _attribute_names(code)
+        for name in _global_names(code):
+            if name in fn.__globals__:
+                self._visit_read(lambda g=fn.__globals__, n=name: g[n], f"{where}: global {name}",
+                                 depth, names)
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            self._visit_read(lambda c=cell: c.cell_contents, f"{where}: {name} (closure)",
+                             depth, names)
+        for index, value in enumerate(fn.__defaults__ or ()):
+            self._visit_read(lambda f=fn, i=index: f.__defaults__[i],
+                             f"{where}: default {index}", depth, names)
+
+    def _visit_read(self, read, where, depth, names):
+        try:
+            value = read()
+        except (KeyError, ValueError):      # an empty cell: the step assigns it later
+            return
+        self._guard(where, read, value)
+        self._visit(value, where, read, depth + 1, names)
+
+    def _visit(self, value, where, read, depth, names=()):
+        if isinstance(value, Module):
+            self._add(value, self.modules)
+        elif isinstance(value, Optimizer):
+            self._add(value, self.optimizers)
+        elif isinstance(value, NetVar):
+            if not value._parents:
+                self._add(value, self.leaves)
+        elif isinstance(value, (list, tuple, dict)) and depth < 4:
+            items = value.values() if isinstance(value, dict) else value
+            for item in items:
+                if isinstance(item, (Module, Optimizer, NetVar, list, tuple, dict)):
+                    self._visit(item, where, None, depth + 1, names)
+        elif isinstance(value, (types.FunctionType, types.MethodType)):
+            if getattr(value, "__module__", "") and not str(value.__module__).startswith(
+                    _SKIPPED_MODULES):
+                self._read_function(value, f"{where}", depth)
+        elif not isinstance(value, (type, types.ModuleType) + _VALUES + (_ndarray,)) \
+                and depth < 4 and not type(value).__module__.startswith(_SKIPPED_MODULES):
+            for name in names:          # an object the step reads attributes of
+                if isinstance(getattr(type(value), name, None), property):
+                    continue
+                try:
+                    attribute = vars(value)[name]
+                except (TypeError, KeyError):
+                    continue
+                reader = (lambda o=value, n=name: vars(o)[n])
+                self._guard(f"{where}.{name}", reader, attribute)
+                self._visit(attribute, f"{where}.{name}", reader, depth + 1, names)
+
+    def _guard(self, where, read, value):
+        if isinstance(value, _VALUES) or _plain_tuple(value):
+            self.guards.append((where, read, value, "value"))
+        elif isinstance(value, _ndarray):
+            self.guards.append((where, read, (value, value.copy()), "array"))
+        elif isinstance(value, (list, dict)) and len(value) <= _LONGEST:
+            self.guards.append((where, read, (value, _shallow(_items(value))), "items"))
+        else:
+            self.guards.append((where, read, value, "is"))
+
+    # -- Modules and buffer owners, attribute by attribute
+    def snapshot(self):
+        """Each Module's and buffer owner's attributes: numbers by value, the rest by identity
+        (lists and dicts item by item)."""
+        return [(holder, _shallow(vars(holder), _changing(holder)))
+                for holder in self.modules + self.owners]
+
+
+def _changing(holder):
+    """The attributes a step changes by design: an owner's buffers and counters (NetOp)."""
+    return getattr(type(holder), "buffers", ()) + getattr(type(holder), "counters", ()) \
+        if not isinstance(holder, Module) else ()
+
+
+def changed(before, after, ignore=()):
+    """``(holder, name)`` of each attribute that differs between two snapshots."""
+    differences = []
+    for (holder, old), (_, new) in zip(before, after):
+        for name in set(old) | set(new):
+            if (holder, name) not in ignore and old.get(name, _MISSING) != new.get(name, _MISSING):
+                differences.append((holder, name))
+    return differences
+
+
+def failed_guard(guards):
+    """The description of the first guard that no longer holds, or None."""
+    for where, read, expected, how in guards:
+        try:
+            value = read()
+        except (KeyError, ValueError, AttributeError):
+            return f"{where} is gone"
+        if how == "is":
+            if value is not expected:
+                return f"{where} now holds another object"
+        elif how == "items":
+            container, items = expected
+            if value is not container or len(value) != len(items) or \
+                    _shallow(_items(value)) != items:
+                return f"{where} (a {type(container).__name__}) changed"
+        elif how == "array":
+            array, contents = expected
+            if value is not array or not numpy.array_equal(array, contents, equal_nan=True):
+                return f"{where} (an array) changed"
+        elif type(value) is not type(expected) or not _equal(value, expected):
+            return f"{where} changed from {expected!r} to {value!r}"
+    return None
+
+
+_MISSING = object()
+_LONGEST = 1000     # a longer list or dict read by the step is checked by identity only
+
+
+def _items(container):
+    return container if isinstance(container, dict) else dict(enumerate(container))
+
+
+def _equal(a, b):
+    return a == b or (a != a and b != b)
+
+
+def _plain_tuple(value):
+    return type(value) is tuple and all(isinstance(v, _VALUES) or _plain_tuple(v) for v in value)
+
+
+def _shallow(attributes, skip=()):
+    snapshot = {}
+    for name, value in attributes.items():
+        if name in skip:
+            continue
+        if isinstance(value, _VALUES) or _plain_tuple(value):
+            snapshot[name] = ("value", type(value), value)
+        elif isinstance(value, (list, dict)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            snapshot[name] = ("items", id(value), tuple((k, id(v)) for k, v in items))
+        else:
+            snapshot[name] = ("is", id(value))
+    return snapshot
+
+
+def _global_names(code):
+    names = set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            names.add(instruction.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _attribute_names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _attribute_names(const)
+    return names
+
+
+def _name(fn):
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
