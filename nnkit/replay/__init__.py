@@ -139,7 +139,7 @@ class Schedule:
         schedule = cls()
         schedule.world = world
         swaps = []          # (holder, attribute, value before)
-        start = next(core._counter)
+        start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
         before = world.snapshot()
         counters = [(owner, name, getattr(owner, name))
                     for owner in world.owners for name in getattr(type(owner), "counters", ())]
@@ -209,12 +209,12 @@ class Schedule:
         # what the step left: refused (reasons in rec.refusals) or handed out at each replay
         schedule.outputs = _outputs(result, rec)
         for leaf in met.leaves:
-            if leaf._index < start and not any(leaf is known for known in world.leaves) \
+            if leaf.index < start and not any(leaf is known for known in world.leaves) \
                     and leaf.requires_grad and type(leaf._data) is not Traced:
                 rec.refuse(f"the step uses a parameter capture did not find before it ran "
                            f"({leaf._describe()}): keep parameters in a Module, an optimizer, "
                            "or a name the step reads")
-        schedule.leaves = [leaf for leaf in world.leaves + met.leaves if leaf._index < start]
+        schedule.leaves = [leaf for leaf in world.leaves + met.leaves if leaf.index < start]
         schedule.grads_out = []
         for leaf in schedule.leaves:
             if leaf._g is not None and type(leaf._g) is Traced:
