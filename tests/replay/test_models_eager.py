@@ -1,11 +1,11 @@
-"""The capture tests' model zoo (tests/capture/models.py), run eagerly: each model's training
+"""The capture tests' model zoo (tests/replay/models.py), run eagerly: each model's training
 is reproducible bit for bit from its seed, learns, keeps its dtype, and its ``state()`` sees
 what training changes, so that a replay compared with it can fail."""
 import numpy as np
 import pytest
 
 import nnkit as nn
-from tests.capture import models
+from tests.replay import models
 
 DTYPES = (np.float32, np.float64)
 STEPS = 20

@@ -321,7 +321,7 @@ def build_dqn(dtype, seed=0):
 
 
 if __name__ == "__main__":
-    # python -m tests.capture.models: the CPU time of 1,000 eager steps of each model (set
+    # python -m tests.replay.models: the CPU time of 1,000 eager steps of each model (set
     # OMP_NUM_THREADS=1 first: these models are far too small for several BLAS threads)
     import time
     for dtype in (np.float32, np.float64):
