@@ -63,7 +63,7 @@ def kept(a, b):
         return b if b.dtype.kind == "f" else None
     if kind is float or kind is int:
         data = a._data
-        if type(data) is _ndarray and data.dtype.kind == "f":
+        if isinstance(data, _ndarray) and data.dtype.kind == "f":
             return numpy.asarray(b, data.dtype)
         return b
     return None

@@ -100,7 +100,7 @@ def add_rows(table, idx, rows):
     times faster than ``numpy.add.at`` (which a character model's embedding spent 3% of its
     step in). Elsewhere (CuPy) the scatter-add.
     """
-    if type(table) is not numpy.ndarray or not idx.size:
+    if not isinstance(table, numpy.ndarray) or not idx.size:
         return scatter_add(table, idx, rows)
     order = numpy.argsort(idx, kind="stable")
     ordered = idx[order]

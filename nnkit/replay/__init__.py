@@ -105,8 +105,10 @@ class Captured:
         replayed = schedule.replay(inputs)
         self.replays += 1
         difference = _difference(_values(eager), _values(replayed), "the result")
-        difference = difference or _difference(eager_state.values(), schedule.save().values(),
-                                                "the state after the step")
+        replayed_state = schedule.save()
+        for key, value in eager_state.items():
+            difference = difference or _difference([value], [replayed_state[key]],
+                                                   f"the state after the step: {schedule.describe(key)}")
         if difference:
             raise AssertionError(f"capture(check=True): {_name(self.fn)}: the replay differs "
                                  f"from eager in {difference}")
@@ -219,11 +221,14 @@ class Schedule:
         for leaf in schedule.leaves:
             if leaf._g is not None and type(leaf._g) is Traced:
                 schedule.grads_out.append((leaf, plain(leaf._g)))
+        assigned = set()        # the nodes whose data the step replaced: they keep it
         for holder, attribute, old in swaps:
             value = getattr(holder, attribute)
             if attribute == "_data" and not (type(value) is Traced and _root(plain(value)) is _root(
                     old if type(old) is not Traced else plain(old))):
                 rec.refuse(f"the step assigned new data to {holder._describe()}")
+                assigned.add(id(holder))
+                holder._data = plain(value).copy() if type(value) is Traced else value
         schedule.entries = entries
         schedule.counters = [(owner, name, getattr(owner, name) - value)
                              for owner, name, value in counters]
@@ -231,7 +236,7 @@ class Schedule:
         schedule.outs = []          # (holder, attribute, buffer, "rebind" or "write")
         originals = {(id(holder), attribute): old for holder, attribute, old in swaps}
         for holder, attribute, old in swaps:
-            if attribute == "_data":
+            if attribute == "_data" and id(holder) not in assigned:
                 holder._data = old
         for holder, attribute, entry in entries:
             if attribute == "_g":
@@ -331,6 +336,17 @@ class Schedule:
         state["rng"] = backend.get_rng_state()
         state["holders"] = [(leaf, leaf._g, leaf._gshared) for leaf in self.leaves]
         return state
+
+    def describe(self, key):
+        """A key of ``save()`` in words: which parameter, buffer or optimizer state."""
+        if key[0] == "data":
+            leaf = next(leaf for leaf in self.leaves if id(leaf) == key[1])
+            return f"the data of {leaf._describe()}"
+        if key[0] == "optimizer":
+            return "the optimizer's state"
+        if key[0] in ("entry", "counter"):
+            return f"{key[0]} {key[2]}"
+        return str(key[0])
 
     def restore(self, state):
         for leaf in self.leaves:
