@@ -30,6 +30,7 @@ class BatchNormState:
     ``buffers`` names the arrays that ``Module.state()`` (and so ``nn.save``) saves.
     """
     buffers = ("running_mean", "running_var")
+    counters = ("num_batches_tracked",)     # ints a training step adds to (nn.capture replays)
 
     def __init__(self, features, momentum=0.1, eps=1e-5):
         if not (checks.is_integer(features) and features > 0):

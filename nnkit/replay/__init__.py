@@ -26,7 +26,7 @@ __all__ = ["capture"]
 _ndarray = numpy.ndarray
 
 
-def capture(fn=None, *, check=False, max_signatures=8):
+def capture(fn=None, *, check=False, max_signatures=16):
     """Capture the step ``fn``: ``nn.capture(fn)`` or ``@nn.capture`` (see the module docstring).
 
     ``check=True`` runs every call twice, eagerly and replayed, from the same state, and raises
@@ -42,13 +42,14 @@ def capture(fn=None, *, check=False, max_signatures=8):
 class Captured:
     """A captured step: call it as the step itself."""
 
-    def __init__(self, fn, check=False, max_signatures=8):
+    def __init__(self, fn, check=False, max_signatures=16):
         if not callable(fn):
             raise TypeError(f"capture: fn must be callable, got {type(fn).__name__}")
         if not (isinstance(max_signatures, int) and max_signatures >= 1):
             raise ValueError(f"capture: max_signatures must be an int >= 1, got {max_signatures!r}")
         self.fn, self.check, self.max_signatures = fn, bool(check), max_signatures
         self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
+        self.keyed = {}             # signature -> the inputs whose values the step reads
         self.records = self.replays = 0
         self.__wrapped__ = fn
 
@@ -60,6 +61,9 @@ class Captured:
         if core.observers or recording.active is not None:
             return self.fn(*inputs)         # an observer sees every op: eager (docs/capture.md)
         key = signature(inputs)
+        keyed = self.keyed.get(key, ())
+        if keyed:
+            key = key + (_contents(inputs, keyed),)
         schedule = self.schedules.get(key)
         if isinstance(schedule, str):       # this signature runs eagerly (warned once)
             return self.fn(*inputs)
@@ -71,6 +75,7 @@ class Captured:
                         return self._checked(schedule, inputs)
                     result = schedule.replay(inputs)
                     self.replays += 1
+                    schedule.records_in_a_row = 0
                     return result
                 except GuardFailed as failure:
                     why = str(failure)
@@ -93,6 +98,12 @@ class Captured:
             return refusal.result
         if schedule is not None:
             new.records_in_a_row = schedule.records_in_a_row
+        if not set(new.keyed) <= set(keyed):    # the recording read these inputs' values
+            plain_key = signature(inputs)
+            keyed = self.keyed[plain_key] = tuple(sorted(set(keyed) | set(new.keyed)))
+            for old in [k for k in self.schedules if k[:len(plain_key)] == plain_key]:
+                del self.schedules[old]
+            key = plain_key + (_contents(inputs, keyed),)
         self.schedules[key] = new
         return result
 
@@ -113,6 +124,12 @@ class Captured:
             raise AssertionError(f"capture(check=True): {_name(self.fn)}: the replay differs "
                                  f"from eager in {difference}")
         return replayed
+
+
+def _contents(inputs, keyed):
+    """The values of the inputs a recording read into Python (an RNN's lengths), as bytes."""
+    return tuple((value._data if isinstance(value, NetVar) else value).tobytes()
+                 for position, value in enumerate(inputs) if position in keyed)
 
 
 def signature(inputs):
@@ -156,7 +173,7 @@ class Schedule:
             if isinstance(value, (_ndarray, NetVar)):
                 source = value._data if isinstance(value, NetVar) else value
                 buffer = numpy.array(source, copy=True, subok=False)
-                rec.vary(buffer)
+                rec.vary(buffer, ("input", len(schedule.inputs)))
                 schedule.inputs.append(buffer)
                 twin = rec.traced_view(buffer)
                 if isinstance(value, NetVar):
@@ -169,11 +186,11 @@ class Schedule:
                 traced_inputs.append(value)
         entries = []        # (holder, attribute, entry buffer): copied in at each replay
         for leaf in world.leaves:
-            rec.vary(leaf._data)
+            rec.vary(leaf._data, "state")
             swap(leaf, "_data", rec.traced_view(leaf._data))
             if leaf._g is not None:
                 entry = numpy.array(leaf._g, copy=True, subok=False)
-                rec.vary(entry)
+                rec.vary(entry, "state")
                 entries.append((leaf, "_g", entry))
                 swap(leaf, "_g", rec.traced_view(entry))
         for owner in world.owners:
@@ -181,7 +198,7 @@ class Schedule:
                 value = getattr(owner, name, None)
                 if isinstance(value, _ndarray):
                     entry = numpy.array(value, copy=True, subok=False)
-                    rec.vary(entry)
+                    rec.vary(entry, "state")
                     entries.append((owner, name, entry))
                     swap(owner, name, rec.traced_view(entry))
         met = Meeting()
@@ -191,7 +208,7 @@ class Schedule:
         def step(optimizer):
             grads = [(p, None if p._g is None else plain(p._g), p._gshared)
                      for group in optimizer.param_groups for p in group["params"]]
-            rec.add(_live_step, (live_step, optimizer, grads), {}, (), True)
+            rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
             rec.paused = True
             try:
                 live_step(optimizer)
@@ -275,6 +292,7 @@ class Schedule:
         schedule.snapshot = world.snapshot()
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
         schedule.draws = any(step[0] is recording._draw for step in rec.program)
+        schedule.keyed = tuple(sorted(rec.keyed))
         return schedule, eager_result
 
     # -- a replay

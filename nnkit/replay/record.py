@@ -151,7 +151,8 @@ class Recording:
         self.plains = {}        # id(Traced) -> its plain array (the buffer or view it is)
         self.traced = []        # the Traced arrays made (kept alive: their ids key plains)
         self.buffers = {}       # id(plain array) -> plain array: every array an instruction writes
-        self.variable = set()   # ids of the arrays whose values differ from replay to replay
+        self.sources = {}       # id(root array) -> what its value follows: ("input", k), "state"
+        self.keyed = set()      # inputs whose values a guard reads (lengths): the signature's
         self.inside = False     # in a recorded call: the arrays NumPy makes there are expected
         self.paused = False     # an optimizer's step runs live, its arrays plain
         self.refusals = []
@@ -171,31 +172,29 @@ class Recording:
         self.traced.append(twin)
         return twin
 
-    def add(self, function, args, kwargs, writes=(), reads_variable=None):
-        """Append an instruction; ``writes``: the arrays it writes (its results, its out=)."""
-        if reads_variable is None:
-            reads_variable = self._reads_variable(args, kwargs)
-        self.program.append((function, args, kwargs, tuple(writes), reads_variable))
+    def add(self, function, args, kwargs, writes=(), sources=None):
+        """Append an instruction; ``writes``: the arrays it writes (its results, its out=).
+        An instruction that reads nothing that varies (``sources`` empty) may be left out of
+        the replay (see ``Schedule``): its result is the same every time."""
+        if sources is None:
+            sources = self.sources_of((args, kwargs))
+        self.program.append((function, args, kwargs, tuple(writes), bool(sources)))
         for array in writes:
             self.buffers[id(array)] = array
-            if reads_variable:
-                self.variable.add(id(_root(array)))
+            if sources:
+                root = id(_root(array))
+                self.sources[root] = self.sources.get(root, frozenset()) | sources
+        return sources
 
-    def vary(self, array):
+    def vary(self, array, source):
         """Mark ``array`` (an input, a parameter's data) as changing from replay to replay."""
-        self.variable.add(id(_root(array)))
+        self.sources[id(_root(array))] = frozenset((source,))
 
-    def _reads_variable(self, args, kwargs):
-        def variable(value):
-            kind = type(value)
-            if kind is _ndarray:
-                return id(_root(value)) in self.variable
-            if kind is tuple or kind is list:
-                return any(variable(item) for item in value)
-            if kind is dict:
-                return any(variable(item) for item in value.values())
-            return False
-        return variable(args) or variable(kwargs)
+    def sources_of(self, value):
+        found = frozenset()
+        for array in _arrays(value):
+            found |= self.sources.get(id(_root(array)), found)
+        return found
 
     def record(self, function, args, kwargs):
         self.inside = True
@@ -234,16 +233,22 @@ class Recording:
             self.add(function, args, dict(kwargs, out=made[0]), made)
         else:
             self.add(_into, (tuple(made), function, args, kwargs), {}, fresh,
-                     self._reads_variable(args, kwargs))
+                     self.sources_of((args, kwargs)))
 
     def guard(self, function, args, value):
         """A value read into Python: the replay reads it again and compares."""
-        self.add(_check, (function, args, value, _site()), {}, ())
+        sources = self.add(_check, (function, args, value, _site()), {}, ())
+        if sources and all(type(source) is tuple for source in sources) \
+                and function is not _ndarray.__bool__:
+            # a number or index of the inputs alone (an RNN's lengths) shapes what the step
+            # does: the inputs' values become part of the signature. A truth value (a check
+            # that an argument is valid) stays a guard.
+            self.keyed |= {k for _, k in sources}
 
-    def create(self, array, variable=False):
-        """An array made without a traced argument (zeros, a random draw): a buffer whose
-        creation the replay repeats only when something writes into it (see Program)."""
-        self.add(_restore, (array, array.copy()), {}, (array,), variable)
+    def create(self, array):
+        """An array made without a traced argument (zeros, arange): a buffer whose creation
+        the replay repeats only when something writes into it (see Schedule)."""
+        self.add(_restore, (array, array.copy()), {}, (array,), frozenset())
         return self.traced_view(array)
 
 
@@ -366,7 +371,7 @@ class _Draws:
             if active is None or active.paused or not isinstance(value, _ndarray):
                 return value
             active.add(_draw, (self.original, self.xp, name, args, kwargs, value), {}, (value,),
-                       True)
+                       frozenset(("draw",)))
             return active.traced_view(value)
         return draw
 

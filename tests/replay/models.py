@@ -44,13 +44,14 @@ class Built:
     state: Callable[[], List[np.ndarray]]
     model: Any
     optimizer: Any
+    between: Callable[[], None] = None      # run after each step, outside it (a DQN's sync)
 
 
-def build(kind, dtype, seed=0):
-    """``build_<kind>(dtype, seed)``."""
+def build(kind, dtype, seed=0, **options):
+    """``build_<kind>(dtype, seed, **options)``."""
     if kind not in KINDS:
         raise ValueError(f"build: kind must be one of {KINDS}, got {kind!r}")
-    return globals()[f"build_{kind}"](dtype, seed)
+    return globals()[f"build_{kind}"](dtype, seed, **options)
 
 
 def same_state(a, b):
@@ -159,7 +160,7 @@ class _LSTMClassifier(nn.Module):
         return self.head(self.lstm(x, lengths).final)
 
 
-def build_lstm(dtype, seed=0):
+def build_lstm(dtype, seed=0, patterns=None):
     """A ragged LSTM classifier, 3 features → 12 hidden → 2 classes, Adam. Inputs: x (8, 6, 3)
     float, time-major, zero past each length; lengths (6,) int64 in 2..8, different in each
     batch (the padded T is 8 in all); labels (6,) int64: whether the sequence's first feature
@@ -179,6 +180,8 @@ def build_lstm(dtype, seed=0):
 
     def make(rng):
         lengths = rng.integers(2, T + 1, B).astype(np.int64)
+        if patterns:        # batches of a few lengths vectors (sequences sorted into buckets)
+            lengths = np.asarray(patterns[rng.integers(len(patterns))], dtype=np.int64)
         x = rng.standard_normal((T, B, F)) * nn.sequence_mask(lengths, T)[:, :, None]
         labels = (x[:, :, 0].sum(axis=0) > 0).astype(np.int64)
         return x.astype(dtype), lengths, labels
@@ -275,7 +278,7 @@ def build_bn_cnn(dtype, seed=0):
     return Built("bn_cnn", dtype, step, _batches(seed, make), state, model, optimizer)
 
 
-def build_dqn(dtype, seed=0):
+def build_dqn(dtype, seed=0, sync_inside=True):
     """A DQN update: an online Q-network 4 → 16 → 2 and its target network (a deep copy),
     the TD target r + γ·(1 − end)·max_a' Q_target(s', a') computed under ``no_grad``, the
     Huber loss on Q(s, a) of the actions taken, Adam. The target is synced from the online
@@ -294,7 +297,7 @@ def build_dqn(dtype, seed=0):
     rows = np.arange(B)
     calls = [0]     # Python state held by step: how many updates ran (the sync's clock)
 
-    def step(states, actions, rewards, next_states, ends):
+    def update(states, actions, rewards, next_states, ends):
         with nn.no_grad():      # the TD target is a constant
             best_next = target(next_states).max(axis=1)
             # in ops, not NumPy on the input arrays, so the arithmetic is part of the graph
@@ -302,10 +305,17 @@ def build_dqn(dtype, seed=0):
         loss = nn.HuberLoss(q(states)[rows, actions], td_target)
         loss.back()
         optimizer.step()
+        return loss
+
+    def step(*inputs):
+        loss = update(*inputs)
+        sync()
+        return loss
+
+    def sync():
         calls[0] += 1
         if calls[0] % sync_every == 0:
             target.load_state(q.state())
-        return loss
 
     def make(rng):
         states = rng.standard_normal((B, 4))
@@ -316,8 +326,9 @@ def build_dqn(dtype, seed=0):
         return (states.astype(dtype), actions, rewards.astype(dtype),
                 next_states.astype(dtype), ends.astype(dtype))
 
-    return Built("dqn", dtype, step, _batches(seed, make),
-                 lambda: _state([q, target], optimizer, np.int64(calls[0])), q, optimizer)
+    return Built("dqn", dtype, step if sync_inside else update, _batches(seed, make),
+                 lambda: _state([q, target], optimizer, np.int64(calls[0])), q, optimizer,
+                 None if sync_inside else sync)
 
 
 if __name__ == "__main__":
