@@ -9,6 +9,7 @@ run the recorded operations into the same arrays, with the optimizer's ``step()`
 (it reads its learning rate and counts live). The replay gives the same bits as eager; where it
 cannot, the step records again or runs eagerly, never stale. docs/capture.md has the rules.
 """
+import functools
 import warnings
 
 import numpy
@@ -71,8 +72,8 @@ class Captured:
             why = schedule.stale()
             if why is None:
                 try:
-                    if self.check:
-                        return self._checked(schedule, inputs)
+                    if self.check or not schedule.verified:
+                        return self._checked(schedule, inputs, key)
                     result = schedule.replay(inputs)
                     self.replays += 1
                     schedule.records_in_a_row = 0
@@ -107,22 +108,35 @@ class Captured:
         self.schedules[key] = new
         return result
 
-    def _checked(self, schedule, inputs):
-        """Eager from a saved state, then the replay from the same state: the same bits."""
+    def _checked(self, schedule, inputs, key):
+        """Eager from a saved state, then the replay from the same state: the same bits. The
+        first replay of every recording is checked so (it catches what no guard sees: a step
+        drawing from a generator of its own, NumPy arithmetic on its inputs); a difference
+        then leaves eager's state and result, and the signature runs eagerly, with a warning.
+        With ``check=True`` every call is checked and a difference raises."""
         saved = schedule.save()
         eager = self.fn(*inputs)
         eager_state = schedule.save()
         schedule.restore(saved)
         replayed = schedule.replay(inputs)
-        self.replays += 1
         difference = _difference(_values(eager), _values(replayed), "the result")
         replayed_state = schedule.save()
-        for key, value in eager_state.items():
-            difference = difference or _difference([value], [replayed_state[key]],
-                                                   f"the state after the step: {schedule.describe(key)}")
-        if difference:
+        for part, value in eager_state.items():
+            difference = difference or _difference(
+                [value], [replayed_state[part]], f"the state after the step: {schedule.describe(part)}")
+        if difference and self.check:
             raise AssertionError(f"capture(check=True): {_name(self.fn)}: the replay differs "
                                  f"from eager in {difference}")
+        if difference:
+            schedule.restore(eager_state)
+            self.schedules[key] = why = (
+                f"its first replay differed from eager in {difference}: the step reads "
+                "something capture cannot see (docs/capture.md, 'What a replay checks')")
+            warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: {why}",
+                          stacklevel=3)
+            return eager
+        schedule.verified = True
+        self.replays += 1
         return replayed
 
 
@@ -150,6 +164,7 @@ class Schedule:
     """One signature's recording: the program and what a replay hands in and out."""
 
     records_in_a_row = 0
+    verified = False            # its first replay was checked against eager
 
     @classmethod
     def record(cls, fn, inputs):
@@ -323,8 +338,8 @@ class Schedule:
             numpy.copyto(entry, getattr(holder, attribute))
         saved = backend.get_rng_state() if self.draws else None
         try:
-            for function, args, kwargs in self.program:
-                function(*args, **kwargs)
+            for function, args in self.program:
+                function(*args)
         except GuardFailed:
             if saved is not None:
                 backend.set_rng_state(saved)
@@ -418,8 +433,26 @@ def _program(rec):
     kept = []
     for function, args, kwargs, writes, variable in rec.program:
         if variable or any(writers[id(recording._root(array))] > 1 for array in writes):
-            kept.append((function, args, kwargs))
+            kept.append(_call(function, args, kwargs))
     return kept
+
+
+_NO_POSITIONAL_OUT = (numpy.maximum, numpy.minimum)     # NumPy 2 deprecates it for these two
+
+
+def _call(function, args, kwargs):
+    """``(f, args)`` that calls ``function(*args, **kwargs)`` as ``f(*args)``: a ufunc's out=
+    goes last among its arguments (the fastest call), other keywords into a partial."""
+    out = kwargs.get("out")
+    if type(out) is tuple and len(out) == 1:
+        out = out[0]
+    if isinstance(function, numpy.ufunc) and list(kwargs) == ["out"] and \
+            function not in _NO_POSITIONAL_OUT and \
+            len(args) == function.nin and type(out) is _ndarray:
+        return function, args + (out,)
+    if kwargs:
+        return functools.partial(function, **kwargs), args
+    return function, args
 
 
 def _written(rec, entry):

@@ -126,6 +126,9 @@ class World:
             self.guards.append((where, read, value, "value"))
         elif isinstance(value, _ndarray):
             self.guards.append((where, read, (value, value.copy()), "array"))
+        elif isinstance(value, (list, dict)) and all(
+                isinstance(item, _VALUES) for item in _items(value).values()):
+            self.guards.append((where, read, (value, type(value)(value)), "values"))
         elif isinstance(value, (list, dict)) and len(value) <= _LONGEST:
             self.guards.append((where, read, (value, _shallow(_items(value))), "items"))
         else:
@@ -165,6 +168,10 @@ def failed_guard(guards):
         if how == "is":
             if value is not expected:
                 return f"{where} now holds another object"
+        elif how == "values":       # a list or dict of numbers and strings: compared in C
+            container, items = expected
+            if value is not container or value != items:
+                return f"{where} (a {type(container).__name__}) changed"
         elif how == "items":
             container, items = expected
             if value is not container or len(value) != len(items) or \
