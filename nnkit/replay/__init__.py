@@ -122,6 +122,8 @@ class Captured:
         difference = _difference(_values(eager), _values(replayed), "the result")
         replayed_state = schedule.save()
         for part, value in eager_state.items():
+            if part == "holders":       # what restore() puts back, compared as ("grad", ...)
+                continue
             difference = difference or _difference(
                 [value], [replayed_state[part]], f"the state after the step: {schedule.describe(part)}")
         if difference and self.check:
@@ -199,6 +201,7 @@ class Schedule:
             else:
                 schedule.inputs.append(None)
                 traced_inputs.append(value)
+        entry_grads = {id(leaf): _entry_grads([leaf])[0] for leaf in world.leaves}
         entries = []        # (holder, attribute, entry buffer): copied in at each replay
         for leaf in world.leaves:
             rec.vary(leaf._data, "state")
@@ -303,7 +306,7 @@ class Schedule:
             refusal.result = eager_result
             raise refusal
         schedule.program = _program(rec)
-        schedule.entry_grads = _entry_grads(schedule.leaves)
+        schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.snapshot = world.snapshot()
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
         schedule.draws = any(step[0] is recording._draw for step in rec.program)
@@ -367,14 +370,16 @@ class Schedule:
         for owner, name, _ in self.counters:
             state[("counter", id(owner), name)] = getattr(owner, name)
         state["rng"] = backend.get_rng_state()
+        for leaf in self.leaves:
+            state[("grad", id(leaf))] = None if leaf._g is None else numpy.array(leaf._g)
         state["holders"] = [(leaf, leaf._g, leaf._gshared) for leaf in self.leaves]
         return state
 
     def describe(self, key):
         """A key of ``save()`` in words: which parameter, buffer or optimizer state."""
-        if key[0] == "data":
+        if key[0] in ("data", "grad"):
             leaf = next(leaf for leaf in self.leaves if id(leaf) == key[1])
-            return f"the data of {leaf._describe()}"
+            return f"the {'gradient' if key[0] == 'grad' else 'data'} of {leaf._describe()}"
         if key[0] == "optimizer":
             return "the optimizer's state"
         if key[0] in ("entry", "counter"):
@@ -464,8 +469,13 @@ def _root(array):
     return recording._root(array)
 
 
-def _entry_grads(leaves):
-    return [(leaf._g is None, leaf._gshared if leaf._g is not None else None) for leaf in leaves]
+def _entry_grads(leaves, before=None):
+    """Whether each leaf had a gradient, and whether it shared it (a replay adds into it as
+    eager did, or starts it): from ``before`` (id -> the same, taken before the recording)."""
+    now = [(leaf._g is None, leaf._gshared if leaf._g is not None else None) for leaf in leaves]
+    if before is None:
+        return now
+    return [before.get(id(leaf), (True, None)) for leaf in leaves]
 
 
 def _outputs(result, rec):
@@ -514,22 +524,19 @@ def _values(result):
 
 
 def _difference(a, b, what):
-    a, b = list(a), list(b)
-    if len(a) != len(b):
-        return what
-    for x, y in zip(a, b):
-        if isinstance(x, list):
-            found = _difference(x, y, what)
-        elif isinstance(x, _ndarray) or isinstance(y, _ndarray):
-            found = None if (numpy.shape(x) == numpy.shape(y) and numpy.array_equal(
-                x, y, equal_nan=True)) else what
-        elif isinstance(x, dict):
-            found = None if repr(sorted(x)) == repr(sorted(y)) else what
-        else:
-            found = None if (x == y or (x != x and y != y)) else what
-        if found:
-            return found
-    return None
+    """``what`` when ``a`` and ``b`` (lists of results or states) differ in any bit, else None."""
+    return None if _same(list(a), list(b)) else what
+
+
+def _same(a, b):
+    if isinstance(a, (_ndarray, numpy.generic)) or isinstance(b, (_ndarray, numpy.generic)):
+        return numpy.shape(a) == numpy.shape(b) and numpy.asarray(a).dtype == numpy.asarray(
+            b).dtype and numpy.array_equal(a, b, equal_nan=numpy.asarray(a).dtype.kind in "fc")
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and (a == b or (a != a and b != b))
 
 
 def _copied(value):
