@@ -209,7 +209,7 @@ class Recording:
         if result is None:                  # a write into an argument: a[i] = v, add.at, ...
             self.add(function, args, kwargs, _written(function, args))
             return None
-        results = result if type(result) is tuple else (result,)
+        results = result if type(result) in (tuple, list) else (result,)      # split: a list
         if not all(isinstance(item, (_ndarray, numpy.generic)) for item in results):
             self.guard(function, args, result)      # a Python value (shape tuples are fine)
             return result
@@ -226,7 +226,7 @@ class Recording:
         if fresh:
             self._write_fresh(function, args, kwargs, made, fresh)
         twins = [self.traced_view(item) for item in made]
-        return tuple(twins) if type(result) is tuple else twins[0]
+        return type(result)(twins) if type(result) in (tuple, list) else twins[0]
 
     def _write_fresh(self, function, args, kwargs, made, fresh):
         if len(made) == 1 and _takes_out(function, args, kwargs, made[0]):

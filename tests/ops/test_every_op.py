@@ -241,3 +241,30 @@ def test_argmax_and_sequence_mask_values(backend, rng):
     assert nn.backend.array_module(mask) is backend.xp
     np.testing.assert_array_equal(backend.host(mask),
                                   np.arange(4)[:, None] < np.array([2, 4, 1])[None, :])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.name}-{i}" for i, c in enumerate(CASES)])
+def test_every_op_replays_as_eager(case, backend):
+    """The op contract's part for ``nn.capture`` (docs/contributing.md, "Capture"): an op
+    computes with array operations on its parents' data, so a recorded forward and backward
+    replayed on other inputs of the same shapes gives eager's bits: the value and each
+    input's gradient."""
+    if case.f is _dropout:
+        pytest.skip("seeds the generator inside the step, a Python side effect")
+
+    def step(seed, *arrays):
+        xs = [nn.NetVar(a) for a in arrays]
+        out = case.f(backend, *xs)
+        out.back(seed)
+        return [out] + [x.g for x in xs]
+
+    captured = nn.capture(step)
+    for trial in range(4):
+        arrays = [x.data for x in case.inputs(backend, len(case.name) + trial)]
+        shape = case.f(backend, *[nn.NetVar(a) for a in arrays]).shape
+        seed = backend.array(np.random.default_rng(trial).standard_normal(shape))
+        eager, replayed = step(seed, *arrays), captured(seed, *arrays)
+        for a, b in zip(eager, replayed):
+            np.testing.assert_array_equal(backend.host(a) if hasattr(a, "_data") else a,
+                                          backend.host(b) if hasattr(b, "_data") else b)
+    assert captured.replays >= 2, captured

@@ -241,7 +241,9 @@ def test_float_of_a_loss_without_side_effects_is_a_guard():
         warnings.simplefilter("ignore")
         replayed = [np.array(captured(x, y).data) for x, y in data(10)]
     assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
-    assert captured.replays >= 4, captured      # the branch flips 3 times in 10 calls
+    # a number read into Python must be the same for a replay to stand: the loss changes at
+    # every call, so every call records (and a warning says replays gain nothing)
+    assert captured.records == 10 and captured.replays == 0, captured
 
 
 def test_an_output_kept_by_the_caller_is_not_overwritten_by_the_next_replay():
