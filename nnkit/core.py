@@ -243,8 +243,7 @@ def propagate(nodes, trace=False):
                     node._back(parents[0])
                 else:
                     node._back(*parents)
-                if not node._gshared:     # its parents may hold its array now: .g copies first
-                    node._gshared = True
+                node._gshared = True      # its parents may hold its array now: .g copies first
                 if watching:
                     for observer in watching:
                         observer.after(node)
@@ -281,11 +280,13 @@ class NetOp(NetVar):
     Such an op sets ``n_outputs``: ``_grads`` then gets (g0, g1, ...) (None for an unused one)
     and ``_composite`` returns the tuple of outputs.
 
-    Speed: op files read the slots ``_data``, ``_g``, ``_parents`` (no property call, no copy
-    of a shared gradient), with ``_describe``, ``_grads`` and ``_composite`` the only private
-    names read across packages (tests/test_structure.py).
+    Speed: op files read the slots ``_data``, ``_g``, ``_parents`` (the only private names read
+    across packages with ``_describe``, ``_grads``, ``_composite``: tests/test_structure.py).
     Built-in ops declare ``__slots__``; an op that keeps an array beside its parents (a mask)
     names it in ``kept_arrays``, so that ``detect_anomaly()`` catches an in-place edit of it.
+    ``nn.capture`` needs (docs/contributing.md, "Capture"): array operations on the parents'
+    data, a value read into Python only to raise or branch, ``isinstance(a, numpy.ndarray)``,
+    and state changed outside the node held by an object declaring ``buffers``/``counters``.
     """
     __slots__ = ()
     kept_arrays = ()
@@ -325,8 +326,7 @@ class NetOp(NetVar):
 
     def output_grads(self):
         """``{k: g}``: the gradients this pass handed outputs 1, 2, ... (read once, in _back)."""
-        received = getattr(self, "_received", None)
-        self._received = None
+        received, self._received = getattr(self, "_received", None), None
         return received or {}
 
     def _back(self, *parents):

@@ -191,6 +191,7 @@ class Schedule:
                 source = value._data if isinstance(value, NetVar) else value
                 buffer = numpy.array(source, copy=True, subok=False)
                 rec.vary(buffer, ("input", len(schedule.inputs)))
+                rec.inputs.add(id(buffer))
                 schedule.inputs.append(buffer)
                 twin = rec.traced_view(buffer)
                 if isinstance(value, NetVar):
@@ -205,6 +206,7 @@ class Schedule:
         entries = []        # (holder, attribute, entry buffer): copied in at each replay
         for leaf in world.leaves:
             rec.vary(leaf._data, "state")
+            rec.kept.add(id(_root(leaf._data)))
             swap(leaf, "_data", rec.traced_view(leaf._data))
             if leaf._g is not None:
                 entry = numpy.array(leaf._g, copy=True, subok=False)
@@ -227,6 +229,7 @@ class Schedule:
             grads = [(p, None if p._g is None else plain(p._g), p._gshared)
                      for group in optimizer.param_groups for p in group["params"]]
             rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
+            rec.touched = rec.touched or f"{type(optimizer).__name__}.step()"
             rec.paused = True
             try:
                 live_step(optimizer)
@@ -243,6 +246,9 @@ class Schedule:
         finally:
             Optimizer.step = live_step
             core.observers.remove(met)
+        for value, buffer in zip(inputs, schedule.inputs):
+            if buffer is not None and id(buffer) in rec.inputs_written:   # as eager wrote it
+                numpy.copyto(value._data if isinstance(value, NetVar) else value, buffer)
         # what the step left: refused (reasons in rec.refusals) or handed out at each replay
         schedule.outputs = _outputs(result, rec)
         for leaf in met.leaves:

@@ -19,6 +19,7 @@ does not know (``__array_finalize__`` outside a recorded call) marks the recordi
 the step then runs eagerly with a warning naming where.
 """
 import operator
+import os
 import sys
 
 import numpy
@@ -37,13 +38,20 @@ class Unrecordable(Exception):
     """The step did something a replay could not repeat; the message says what and where."""
 
 
+_NNKIT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OPS = os.path.join(_NNKIT, "ops")
+
+
 def _site():
-    """``file:line`` of the first frame outside NumPy and this package: where a step read."""
+    """``file:line`` where a step read or wrote: the first frame in an op file or outside nnkit
+    (a node's ``float()`` is reported where the step called it), NumPy's frames skipped."""
     frame = sys._getframe(2)
-    while frame is not None and ("numpy" in frame.f_code.co_filename
-                                 or frame.f_code.co_filename.endswith("record.py")):
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "numpy" not in name and (not name.startswith(_NNKIT) or name.startswith(_OPS)):
+            return f"{name}:{frame.f_lineno}"
         frame = frame.f_back
-    return "?" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    return "?"
 
 
 def _method(name):
@@ -153,6 +161,10 @@ class Recording:
         self.buffers = {}       # id(plain array) -> plain array: every array an instruction writes
         self.sources = {}       # id(root array) -> what its value follows: ("input", k), "state"
         self.keyed = set()      # inputs whose values a guard reads (lengths): the signature's
+        self.kept = set()       # ids of the parameters' data (written by the optimizer's step)
+        self.inputs = set()     # ids of the input buffers (never written)
+        self.inputs_written = set()
+        self.touched = None     # where the step first changed state a replay cannot take back
         self.inside = False     # in a recorded call: the arrays NumPy makes there are expected
         self.paused = False     # an optimizer's step runs live, its arrays plain
         self.refusals = []
@@ -181,6 +193,12 @@ class Recording:
         self.program.append((function, args, kwargs, tuple(writes), bool(sources)))
         for array in writes:
             self.buffers[id(array)] = array
+            if id(_root(array)) in self.inputs:
+                self.inputs_written.add(id(_root(array)))
+                self.refuse(f"the step writes into one of its inputs ({_site()}), which a "
+                            "replay hands it as a copy")
+            if self.touched is None and id(_root(array)) in self.kept:
+                self.touched = f"an edit of a parameter's data ({_site()})"
             if sources:
                 root = id(_root(array))
                 self.sources[root] = self.sources.get(root, frozenset()) | sources
@@ -237,6 +255,10 @@ class Recording:
 
     def guard(self, function, args, value):
         """A value read into Python: the replay reads it again and compares."""
+        if self.touched is not None:
+            # a replay that stops here could not take back what came before: refused
+            self.refuse(f"the step reads a value into Python ({_site()}) after {self.touched}; "
+                        "return the node (not .item()) and read it after the call")
         sources = self.add(_check, (function, args, value, _site()), {}, ())
         if sources and all(type(source) is tuple for source in sources) \
                 and function is not _ndarray.__bool__:

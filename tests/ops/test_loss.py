@@ -187,7 +187,9 @@ def test_mse_lengths_outside_the_steps_are_refused(lengths, message, rng):
 
 
 class _DeviceArray(np.ndarray):
-    """Stands for a GPU array: not a numpy.ndarray by type, so reading it would cost a copy."""
+    """Stands for a GPU array (it has ``__cuda_array_interface__``): reading it would cost a
+    copy. (A subclass of numpy.ndarray by itself is host data: nn.capture records with one.)"""
+    __cuda_array_interface__ = {}
 
 
 def test_value_checks_read_device_data_only_inside_detect_anomaly():

@@ -314,3 +314,62 @@ def test_the_first_replay_is_checked_so_an_unseen_generator_runs_eagerly():
         replayed = [np.array(captured(x, y).data) for x, y in data(5)]
     assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
     assert captured.replays == 0
+
+
+def test_a_value_read_after_the_optimizer_step_runs_the_step_eagerly():
+    # a replay stopped by that read could not take the update back: refused when recorded,
+    # so the optimizer never steps twice for one call
+    model, optimizer, _, _ = build()
+
+    def step(x, y):
+        loss = nn.SoftmaxCELoss(model.l2(nn.Tanh(model.l1(x))), y)
+        loss.back()
+        optimizer.step()
+        return loss.item()
+    eager = [step(x, y) for x, y in data(6)]
+    model, optimizer, _, _ = build()
+    captured = nn.capture(step)
+    with pytest.warns(UserWarning, match=r"after GD.step\(\); return the node"):
+        replayed = [captured(x, y) for x, y in data(6)]
+    assert replayed == eager and captured.replays == 0
+
+
+def test_a_step_writing_into_its_input_runs_eagerly():
+    model, optimizer, _, _ = build()
+
+    def step(x, y):
+        x -= x.mean()               # the caller's array, in eager
+        loss = nn.SoftmaxCELoss(model.l2(nn.Tanh(model.l1(x))), y)
+        loss.back()
+        optimizer.step()
+        return loss
+    captured = nn.capture(step)
+    x, y = data(1)[0]
+    kept = x.copy()
+    with pytest.warns(UserWarning, match="writes into one of its inputs"):
+        captured(x, y)
+    assert not np.array_equal(x, kept)      # changed as eager changes it
+    assert captured.replays == 0
+
+
+def test_a_branch_after_a_dropout_draw_takes_the_draw_back_before_recording_again():
+    # the replay stops at the branch after drawing a mask: the generator is put back, so
+    # the recording that follows draws the same mask eager draws
+    model, optimizer, _, _ = build(dropout=0.5)
+
+    def step(x, y):
+        h = model.drop(nn.Tanh(model.l1(x)))
+        if h.data.sum() > 0:
+            h = h * 0.5
+        loss = nn.SoftmaxCELoss(model.l2(h), y)
+        loss.back()
+        optimizer.step()
+        return loss
+    nn.seed(0)
+    eager = [np.array(step(x, y).data) for x, y in data(16)]
+    model, optimizer, _, _ = build(dropout=0.5)
+    nn.seed(0)
+    captured = nn.capture(step)
+    replayed = [np.array(captured(x, y).data) for x, y in data(16)]
+    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    assert captured.records >= 2 and captured.replays >= 1, captured
