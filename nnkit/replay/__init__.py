@@ -51,6 +51,7 @@ class Captured:
         self.fn, self.check, self.max_signatures = fn, bool(check), max_signatures
         self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
         self.keyed = {}             # signature -> the inputs whose values the step reads
+        self.warned_inputs = False
         self.records = self.replays = 0
         self.__wrapped__ = fn
 
@@ -62,6 +63,13 @@ class Captured:
         if core.observers or recording.active is not None:
             return self.fn(*inputs)         # an observer sees every op: eager (docs/capture.md)
         key = signature(inputs)
+        if key is None:             # an input capture cannot compare: eager (warned once)
+            if not self.warned_inputs:
+                self.warned_inputs = True
+                warnings.warn(f"capture: {_name(self.fn)} runs eagerly: its inputs must be "
+                              "arrays, nodes, numbers or strings (a list or dict could change "
+                              "behind a replay's back)", stacklevel=2)
+            return self.fn(*inputs)
         keyed = self.keyed.get(key, ())
         if keyed:
             key = key + (_contents(inputs, keyed),)
@@ -158,7 +166,7 @@ def signature(inputs):
         elif isinstance(value, (int, float, bool, str, type(None))):
             parts.append(("value", type(value), value))
         else:
-            parts.append(("object", id(value)))
+            return None
     return tuple(parts)
 
 

@@ -21,6 +21,7 @@ the step then runs eagerly with a warning naming where.
 import operator
 import os
 import sys
+import threading
 
 import numpy
 
@@ -167,6 +168,7 @@ class Recording:
         self.touched = None     # where the step first changed state a replay cannot take back
         self.inside = False     # in a recorded call: the arrays NumPy makes there are expected
         self.paused = False     # an optimizer's step runs live, its arrays plain
+        self.thread = threading.get_ident()
         self.refusals = []
 
     def refuse(self, why):
@@ -364,9 +366,14 @@ _MAKERS = ("zeros", "ones", "empty", "full", "arange", "eye", "identity", "linsp
 _CONVERTERS = ("asarray", "ascontiguousarray", "asfortranarray", "array", "asanyarray")
 
 
+def _ours():
+    """Whether NumPy is called from the recording's own thread (others get plain arrays)."""
+    return active is not None and not active.paused and active.thread == threading.get_ident()
+
+
 def _maker(original):
     def make(*args, **kwargs):
-        if active is None or active.paused:
+        if not _ours():
             return original(*args, **kwargs)
         return active.create(original(*args, **kwargs))
     return make
@@ -374,7 +381,7 @@ def _maker(original):
 
 def _converter(original):
     def convert(value, *args, **kwargs):
-        if active is None or active.paused or not holds_traced(value):
+        if not _ours() or not holds_traced(value):
             return original(value, *args, **kwargs)
         return call(original, (value,) + args, kwargs)
     return convert
@@ -390,7 +397,7 @@ class _Draws:
     def __getattr__(self, name):
         def draw(*args, **kwargs):
             value = getattr(self.original(self.xp), name)(*args, **kwargs)
-            if active is None or active.paused or not isinstance(value, _ndarray):
+            if not _ours() or not isinstance(value, _ndarray):
                 return value
             active.add(_draw, (self.original, self.xp, name, args, kwargs, value), {}, (value,),
                        frozenset(("draw",)))

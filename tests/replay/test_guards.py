@@ -373,3 +373,31 @@ def test_a_branch_after_a_dropout_draw_takes_the_draw_back_before_recording_agai
     replayed = [np.array(captured(x, y).data) for x, y in data(16)]
     assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
     assert captured.records >= 2 and captured.replays >= 1, captured
+
+
+def test_a_list_input_runs_eagerly_since_it_could_change_behind_a_replay():
+    model, optimizer, _, _ = build()
+
+    def predict(x, scales):
+        return model.l1(x * np.asarray(scales))
+    captured = nn.capture(predict)
+    x = data(1)[0][0]
+    scales = [1.0] * 8
+    with pytest.warns(UserWarning, match="inputs must be arrays, nodes, numbers or strings"):
+        first = captured(x, scales)
+    scales[0] = 5.0                     # the same list, changed
+    assert np.array_equal(captured(x, scales).data, predict(x, scales).data)
+    assert not np.array_equal(first.data, predict(x, scales).data)
+
+
+def test_another_thread_gets_plain_arrays_while_a_step_records():
+    import threading
+    seen = []
+
+    def step(x):
+        worker = threading.Thread(target=lambda: seen.append(type(np.zeros(3))))
+        worker.start()
+        worker.join()
+        return nn.Tanh(nn.NetVar(x))
+    nn.capture(step)(np.ones((2, 3)))
+    assert seen == [np.ndarray]
