@@ -100,6 +100,11 @@ class Captured:
         self.records += 1
         try:
             new, result = Schedule.record(self.fn, inputs)
+        except OnDevice as refusal:
+            warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
+                          f"{refusal}", stacklevel=2)
+            self.schedules[key] = str(refusal)
+            return self.fn(*inputs)
         except Unrecordable as refusal:
             warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
                           f"{refusal}", stacklevel=2)
@@ -179,6 +184,12 @@ class Schedule:
     @classmethod
     def record(cls, fn, inputs):
         world = World(fn, inputs)
+        arrays = [leaf._data for leaf in world.leaves] + [
+            value._data if isinstance(value, NetVar) else value for value in inputs
+            if isinstance(value, (NetVar, _ndarray))]
+        if any(not isinstance(array, _ndarray) for array in arrays):
+            raise OnDevice("capture records steps on NumPy arrays; on a GPU the step runs as "
+                           "it is (docs/capture.md)")
         rec = Recording()
         schedule = cls()
         schedule.world = world
@@ -412,6 +423,10 @@ class Schedule:
         backend.set_rng_state(state["rng"])
         for leaf, g, shared in state["holders"]:
             leaf._g, leaf._gshared = g, shared
+
+
+class OnDevice(Exception):
+    """The step's parameters or inputs live on a GPU: it runs eagerly (nothing recorded)."""
 
 
 class Meeting:

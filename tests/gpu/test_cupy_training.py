@@ -186,3 +186,35 @@ def test_save_on_one_device_load_on_the_other(backend, tmp_path):
     nn.load(host_path, other)
     assert all(nn.backend.array_module(p.data) is backend.xp for p in other.vars)
     assert_same_params(other.vars, rebuilt.vars, rtol=0)
+
+
+def test_a_captured_step_on_the_gpu_runs_eagerly_and_says_so(backend):
+    """nn.capture records NumPy steps; a step whose parameters live on the GPU runs as it is
+    (with a warning), giving eager's numbers on either backend."""
+    def build():
+        nn.seed(0)
+        model = backend.move(nn.layers.Linear(4, 3))
+        return model, nn.Adam(model.vars, lr=0.01)
+    rng = np.random.default_rng(0)
+    batches = [(backend.array(rng.standard_normal((5, 4))), rng.integers(0, 3, 5))
+               for _ in range(4)]
+
+    def losses(captured):
+        model, optimizer = build()
+
+        def step(x, y):
+            loss = nn.SoftmaxCELoss(model(x), y)
+            loss.back()
+            optimizer.step()
+            return loss
+        step = nn.capture(step) if captured else step
+        return [backend.host(step(x, y)) for x, y in batches], step
+
+    eager, _ = losses(False)
+    if backend.gpu:
+        with pytest.warns(UserWarning, match="on a GPU the step runs as it is"):
+            replayed, step = losses(True)
+    else:
+        replayed, step = losses(True)
+        assert step.replays >= 2
+    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
