@@ -196,7 +196,7 @@ def test_a_captured_step_on_the_gpu_runs_eagerly_and_says_so(backend):
         model = backend.move(nn.layers.Linear(4, 3))
         return model, nn.Adam(model.vars, lr=0.01)
     rng = np.random.default_rng(0)
-    batches = [(backend.array(rng.standard_normal((5, 4))), rng.integers(0, 3, 5))
+    batches = [(backend.array(rng.standard_normal((5, 4))), backend.array(rng.integers(0, 3, 5)))
                for _ in range(4)]
 
     def losses(captured):
