@@ -166,7 +166,7 @@ def signature(inputs):
     for value in inputs:
         if isinstance(value, NetVar):
             parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad))
-        elif isinstance(value, _ndarray):
+        elif backend.is_array(value):        # (a GPU array: recording refuses it, by name)
             parts.append(("array", type(value), value.shape, value.dtype))
         elif isinstance(value, (int, float, bool, str, type(None))):
             parts.append(("value", type(value), value))
@@ -186,7 +186,7 @@ class Schedule:
         world = World(fn, inputs)
         arrays = [leaf._data for leaf in world.leaves] + [
             value._data if isinstance(value, NetVar) else value for value in inputs
-            if isinstance(value, (NetVar, _ndarray))]
+            if isinstance(value, NetVar) or backend.is_array(value)]
         if any(not isinstance(array, _ndarray) for array in arrays):
             raise OnDevice("capture records steps on NumPy arrays; on a GPU the step runs as "
                            "it is (docs/capture.md)")
