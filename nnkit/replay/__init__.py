@@ -168,7 +168,7 @@ def signature(inputs):
             parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad))
         elif backend.is_array(value):        # (a GPU array: recording refuses it, by name)
             parts.append(("array", type(value), value.shape, value.dtype))
-        elif isinstance(value, (int, float, bool, str, type(None))):
+        elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
             parts.append(("value", type(value), value))
         else:
             return None
