@@ -122,14 +122,7 @@ def plain(value):
 
 
 def holds_traced(value):
-    kind = type(value)
-    if kind is Traced:
-        return True
-    if kind is tuple or kind is list:
-        return any(holds_traced(item) for item in value)
-    if kind is dict:
-        return any(holds_traced(item) for item in value.values())
-    return False
+    return any(True for _ in _arrays(value, Traced))
 
 
 def call(function, args, kwargs):
@@ -282,16 +275,17 @@ def _root(array):
     return array
 
 
-def _arrays(value):
+def _arrays(value, array_type=_ndarray):
+    """The arrays of type ``array_type`` in ``value`` and in its tuples, lists and dicts."""
     kind = type(value)
-    if kind is _ndarray:
+    if kind is array_type:
         yield value
     elif kind is tuple or kind is list:
         for item in value:
-            yield from _arrays(item)
+            yield from _arrays(item, array_type)
     elif kind is dict:
         for item in value.values():
-            yield from _arrays(item)
+            yield from _arrays(item, array_type)
 
 
 def _is_view_of(result, args, kwargs):
