@@ -21,6 +21,13 @@ def data(n, seed=1):
     return [(rng.standard_normal((5, 8)), rng.integers(0, 3, 5)) for _ in range(n)]
 
 
+def finish(loss, optimizer):
+    """The end of every step here: back() and the optimizer's step; the loss node returned."""
+    loss.back()
+    optimizer.step()
+    return loss
+
+
 def build(dropout=0.0, extra=None):
     nn.seed(0)
     model = nn.Module()
@@ -36,9 +43,7 @@ def build(dropout=0.0, extra=None):
         if getattr(model, "extra", None) is not None:
             z = model.extra(z)
         loss = nn.SoftmaxCELoss(z, y)
-        loss.back()
-        optimizer.step()
-        return loss
+        return finish(loss, optimizer)
 
     return model, optimizer, step, settings
 
@@ -190,9 +195,7 @@ def test_a_branch_on_a_computed_value_records_again_when_it_goes_the_other_way()
         if z.data.sum() > 0:
             z = z * 2.0
         loss = nn.SoftmaxCELoss(z, y)
-        loss.back()
-        optimizer.step()
-        return loss
+        return finish(loss, optimizer)
     nn.seed(0)
     eager = [np.array(step(x, y).data) for x, y in data(16)]
     model, optimizer, _, _ = build()
@@ -267,9 +270,7 @@ def test_an_attached_observer_sees_every_op_so_the_step_runs_eagerly():
 
     def step(x, y, poison):
         loss = nn.SoftmaxCELoss(model.l2(nn.Tanh(model.l1(x * poison))), y)
-        loss.back()
-        optimizer.step()
-        return loss
+        return finish(loss, optimizer)
     captured = nn.capture(step)
     x, y = data(1)[0]
     one = np.ones((1, 8))
@@ -286,9 +287,7 @@ def test_check_true_raises_at_the_first_difference():
 
     def step(x, y):
         loss = nn.SoftmaxCELoss(model.l1(x + own.standard_normal(x.shape))[:, :3], y)
-        loss.back()
-        optimizer.step()
-        return loss
+        return finish(loss, optimizer)
     captured = nn.capture(step, check=True)
     x, y = data(1)[0]
     captured(x, y)
@@ -302,9 +301,7 @@ def test_the_first_replay_is_checked_so_an_unseen_generator_runs_eagerly():
 
     def step(x, y):
         loss = nn.SoftmaxCELoss(model.l1(x + own.standard_normal(x.shape))[:, :3], y)
-        loss.back()
-        optimizer.step()
-        return loss
+        return finish(loss, optimizer)
     nn.seed(0)
     eager = [np.array(step(x, y).data) for x, y in data(5)]
     model, optimizer, _, _ = build()
@@ -340,9 +337,7 @@ def test_a_step_writing_into_its_input_runs_eagerly():
     def step(x, y):
         x -= x.mean()               # the caller's array, in eager
         loss = nn.SoftmaxCELoss(model.l2(nn.Tanh(model.l1(x))), y)
-        loss.back()
-        optimizer.step()
-        return loss
+        return finish(loss, optimizer)
     captured = nn.capture(step)
     x, y = data(1)[0]
     kept = x.copy()
@@ -362,9 +357,7 @@ def test_a_branch_after_a_dropout_draw_takes_the_draw_back_before_recording_agai
         if h.data.sum() > 0:
             h = h * 0.5
         loss = nn.SoftmaxCELoss(model.l2(h), y)
-        loss.back()
-        optimizer.step()
-        return loss
+        return finish(loss, optimizer)
     nn.seed(0)
     eager = [np.array(step(x, y).data) for x, y in data(16)]
     model, optimizer, _, _ = build(dropout=0.5)
