@@ -109,6 +109,13 @@ def _state(modules, optimizer, *extra):
             + [generator_position()])
 
 
+def _trained(loss, optimizer):
+    """The end of a step: back() and the optimizer's step; the loss node returned."""
+    loss.back()
+    optimizer.step()
+    return loss
+
+
 def _batches(seed, make):
     """``batches(n)``: ``make(rng)`` for batch i with ``rng = default_rng([seed, i])``."""
     def batches(n):
@@ -173,10 +180,7 @@ def build_lstm(dtype, seed=0, patterns=None):
     optimizer = nn.Adam(model.vars, lr=0.01)
 
     def step(x, lengths, labels):
-        loss = nn.SoftmaxCELoss(model(x, lengths), labels)
-        loss.back()
-        optimizer.step()
-        return loss
+        return _trained(nn.SoftmaxCELoss(model(x, lengths), labels), optimizer)
 
     def make(rng):
         lengths = rng.integers(2, T + 1, B).astype(np.int64)
@@ -221,10 +225,7 @@ def build_transformer(dtype, seed=0):
     optimizer = nn.Adam(model.vars, lr=0.01)
 
     def step(tokens, lengths, labels):
-        loss = nn.SoftmaxCELoss(model(tokens, lengths), labels)
-        loss.back()
-        optimizer.step()
-        return loss
+        return _trained(nn.SoftmaxCELoss(model(tokens, lengths), labels), optimizer)
 
     def make(rng):
         lengths = rng.integers(3, T + 1, B).astype(np.int64)

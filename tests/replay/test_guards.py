@@ -21,6 +21,16 @@ def data(n, seed=1):
     return [(rng.standard_normal((5, 8)), rng.integers(0, 3, 5)) for _ in range(n)]
 
 
+def captured_matches(step, eager, batches):
+    """``step`` captured over ``batches`` (warnings ignored) gives the losses ``eager``."""
+    captured = nn.capture(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        replayed = [np.array(captured(x, y).data) for x, y in batches]
+    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    return captured
+
+
 def finish(loss, optimizer):
     """The end of every step here: back() and the optimizer's step; the loss node returned."""
     loss.back()
@@ -219,11 +229,7 @@ def test_item_inside_the_step_records_again_rather_than_replaying_a_stale_number
     eager = [np.array(step(x, y).data) for x, y in data(8)]
     eager_log, log[:] = list(log), []
     model, optimizer, _, _ = build()
-    captured = nn.capture(step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        replayed = [np.array(captured(x, y).data) for x, y in data(8)]
-    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    captured_matches(step, eager, data(8))
     assert log == eager_log             # every call appended: none was replayed stale
 
 
@@ -239,11 +245,7 @@ def test_float_of_a_loss_without_side_effects_is_a_guard():
     nn.seed(0)
     eager = [np.array(step(x, y).data) for x, y in data(10)]
     model, optimizer, _, _ = build()
-    captured = nn.capture(step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        replayed = [np.array(captured(x, y).data) for x, y in data(10)]
-    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    captured = captured_matches(step, eager, data(10))
     # a number read into Python must be the same for a replay to stand: the loss changes at
     # every call, so every call records (and a warning says replays gain nothing)
     assert captured.records == 10 and captured.replays == 0, captured
