@@ -142,10 +142,7 @@ def build_mlp(dtype, seed=0):
     teacher = _teacher(seed, 8, 3)
 
     def step(x, labels):
-        loss = nn.SoftmaxCELoss(model(x), labels)
-        loss.back()
-        optimizer.step()
-        return loss
+        return _trained(nn.SoftmaxCELoss(model(x), labels), optimizer)
 
     def make(rng):
         x = rng.standard_normal((16, 8))
@@ -262,10 +259,7 @@ def build_bn_cnn(dtype, seed=0):
     teacher = _teacher(seed, 36, 3)
 
     def step(images, labels):
-        loss = nn.SoftmaxCELoss(model(images), labels)
-        loss.back()
-        optimizer.step()
-        return loss
+        return _trained(nn.SoftmaxCELoss(model(images), labels), optimizer)
 
     def make(rng):
         images = rng.standard_normal((8, 1, 6, 6)) + 0.5      # off-centre: BatchNorm's stats move
