@@ -41,6 +41,7 @@ LAYERS = [
     ["optim"],
     # capture and replay of a step: the recording, what the step reads, the replay
     ["replay.record", "replay.world"],
+    ["replay.schedule"],
     ["replay"],
     # data parallelism over MPI (mpi4py imported on first use)
     ["distributed.connection", "distributed.packing"],   # the communicator; what is moved
@@ -255,10 +256,10 @@ OTHER_WALKS = {
     "nets/ffn.py:FFN.tree": "prints each topology entry's op and arguments; a nested model "
                             "prints itself",
     "training/trainer.py:_describe": "describes what a step function returned, for an error",
-    "replay/__init__.py:_outputs": "maps what a captured step returned to the arrays a replay "
+    "replay/schedule.py:_outputs": "maps what a captured step returned to the arrays a replay "
                                    "hands out, keeping its structure (tuple, list, dict)",
-    "replay/__init__.py:_handed_out": "rebuilds that structure with copies of the arrays",
-    "replay/__init__.py:_values": "lists the arrays of a step's result, for check=True",
+    "replay/schedule.py:_handed_out": "rebuilds that structure with copies of the arrays",
+    "replay/schedule.py:_values": "lists the arrays of a step's result, for check=True",
     "replay/world.py:World._visit": "follows the names a step's Python code reads (globals, "
                                     "closures, attributes) to the models and optimizers behind "
                                     "them; the models themselves are walked by walk()",
