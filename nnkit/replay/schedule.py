@@ -186,7 +186,7 @@ class Schedule:
         schedule.world = world
         swaps = []          # (holder, attribute, value before)
         start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
-        before = world.snapshot()
+        before = world.snapshot(optimizers=True)
         counters = [(owner, name, getattr(owner, name))
                     for owner in world.owners for name in getattr(type(owner), "counters", ())]
 
@@ -246,6 +246,12 @@ class Schedule:
             finally:
                 rec.paused = False
         Optimizer.step = step
+        tracer = core.recorder
+
+        def traced_back():          # back(trace=True): a Trace no replay would make
+            rec.refuse("the step calls back(trace=True), whose Trace a replay would not make")
+            return tracer()
+        core.recorder = traced_back
         result = error = None
         try:
             with patched(rec):
@@ -255,6 +261,7 @@ class Schedule:
                     error = raised
         finally:
             Optimizer.step = live_step
+            core.recorder = tracer
             core.observers.remove(met)
         for value, buffer in zip(inputs, schedule.inputs):
             if buffer is not None and id(buffer) in rec.inputs_written:   # as eager wrote it
@@ -310,10 +317,15 @@ class Schedule:
         for leaf in schedule.leaves:
             if type(leaf._g) is Traced:
                 leaf._g, leaf._gshared = plain(leaf._g).copy(), True
-        ignore = {(owner, name) for owner, name, _ in schedule.counters}
-        for holder, name in changed(before, world.snapshot(), ignore):
-            rec.refuse(f"the step changed {type(holder).__name__}.{name}, which a replay "
-                       "would not")
+        moved = failed_guard(world.guards)
+        if moved:           # the step itself changed what it reads: a counter, a schedule
+            rec.refuse(f"the step changes Python state a replay would not: {moved}")
+        ignore = {(id(owner), name) for owner, name, _ in schedule.counters}
+        for holder, name in changed(before, world.snapshot(optimizers=True), ignore):
+            owner = ("a parameter group of an optimizer" if isinstance(holder, dict)
+                     else type(holder).__name__)
+            rec.refuse(f"the step changed {owner}'s {name}, which a replay would not (change "
+                       "it between calls: a schedule's step() outside the captured step)")
         eager_result = _handed_out(schedule.outputs)
         if error is not None:
             raise error

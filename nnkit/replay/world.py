@@ -23,7 +23,10 @@ from ..optim.base import Optimizer
 
 _ndarray = numpy.ndarray
 _VALUES = (int, float, complex, bool, str, bytes, type(None), numpy.generic, numpy.dtype)
-_SKIPPED_MODULES = ("numpy", "nnkit", "builtins", "math", "functools", "itertools", "torch")
+# functions of these are not read (nnkit's own code is the ops'); objects of the foreign ones
+# are not looked into (an nnkit object a step reads, a learning-rate schedule, is)
+_FOREIGN = ("numpy", "builtins", "math", "functools", "itertools", "torch")
+_SKIPPED_MODULES = _FOREIGN + ("nnkit",)
 
 
 class World:
@@ -41,6 +44,10 @@ class World:
             for name, kind, value in walk(module):
                 if kind == "module":
                     self._add(value, self.modules)
+                    forward = type(value).forward
+                    if not type(value).__module__.startswith(_SKIPPED_MODULES):
+                        self._read_function(types.MethodType(forward, value),
+                                            f"{type(value).__name__}.forward", depth=1)
                 elif kind in ("var", "constant"):
                     self._add(value, self.leaves)
                 elif kind == "buffer":
@@ -109,9 +116,14 @@ class World:
                     _SKIPPED_MODULES):
                 self._read_function(value, f"{where}", depth)
         elif not isinstance(value, (type, types.ModuleType) + _VALUES + (_ndarray,)) \
-                and depth < 4 and not type(value).__module__.startswith(_SKIPPED_MODULES):
+                and depth < 4 and not type(value).__module__.startswith(_FOREIGN):
             for name in names:          # an object the step reads attributes of
-                if isinstance(getattr(type(value), name, None), property):
+                method = getattr(type(value), name, None)
+                if isinstance(method, types.FunctionType):      # cfg.get(): its code too
+                    self._read_function(types.MethodType(method, value),
+                                        f"{where}.{name}()", depth + 1)
+                    continue
+                if isinstance(method, property):
                     continue
                 try:
                     attribute = vars(value)[name]
@@ -135,11 +147,18 @@ class World:
             self.guards.append((where, read, value, "is"))
 
     # -- Modules and buffer owners, attribute by attribute
-    def snapshot(self):
+    def snapshot(self, optimizers=False):
         """Each Module's and buffer owner's attributes: numbers by value, the rest by identity
-        (lists and dicts item by item)."""
-        return [(holder, _shallow(vars(holder), _changing(holder)))
+        (lists and dicts item by item). With ``optimizers``, each optimizer's options and
+        parameter groups too: a step must not change them (a schedule stepped inside it would
+        be stepped by no replay); between calls they are read live, so not compared then."""
+        held = [(holder, _shallow(vars(holder), _changing(holder)))
                 for holder in self.modules + self.owners]
+        if optimizers:
+            for optimizer in self.optimizers:
+                held.append((optimizer, _shallow(vars(optimizer))))
+                held.extend((group, _shallow(group)) for group in optimizer.param_groups)
+        return held
 
 
 def _changing(holder):
@@ -149,11 +168,12 @@ def _changing(holder):
 
 
 def changed(before, after, ignore=()):
-    """``(holder, name)`` of each attribute that differs between two snapshots."""
+    """``(holder, name)`` of each attribute that differs between two snapshots (``ignore``: the
+    ``(id(holder), name)`` a step changes by design)."""
     differences = []
     for (holder, old), (_, new) in zip(before, after):
         for name in set(old) | set(new):
-            if (holder, name) not in ignore and old.get(name, _MISSING) != new.get(name, _MISSING):
+            if (id(holder), name) not in ignore and old.get(name, _MISSING) != new.get(name, _MISSING):
                 differences.append((holder, name))
     return differences
 

@@ -396,3 +396,90 @@ def test_another_thread_gets_plain_arrays_while_a_step_records():
         return nn.Tanh(nn.NetVar(x))
     nn.capture(step)(np.ones((2, 3)))
     assert seen == [np.ndarray]
+
+
+def test_a_schedule_stepped_inside_the_step_runs_it_eagerly():
+    # a replay would not step the schedule: the recording sees the optimizer's lr change
+    def scenario(captured):
+        model, optimizer, _, _ = build()
+        schedule = nn.StepLR(optimizer, 3, gamma=0.5)     # no change in the first calls
+
+        def step(x, y):
+            loss = finish(nn.SoftmaxCELoss(model.l2(nn.Tanh(model.l1(x))), y), optimizer)
+            schedule.step()
+            return loss
+        step = nn.capture(step) if captured else step
+        return [np.array(step(x, y).data) for x, y in data(8)], optimizer.lr, step
+    eager, eager_lr, _ = scenario(False)
+    with pytest.warns(UserWarning, match="the step changes Python state a replay would not"):
+        replayed, lr, step = scenario(True)
+    assert lr == eager_lr and all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    assert step.replays == 0
+
+
+class _Scaled(nn.Module):
+    """A layer whose forward reads a global: changing it must record again."""
+
+    def __init__(self):
+        self.inner = nn.layers.Linear(8, 3)
+
+    def forward(self, x):
+        return self.inner(x) * FORWARD_SCALE
+
+
+FORWARD_SCALE = 1.0
+
+
+class _Settings:
+    def __init__(self):
+        self.k = 1.0
+
+    def get(self):
+        return self.k
+
+
+@pytest.mark.parametrize("where", ["a Module's forward", "a method of a settings object"])
+def test_a_number_read_in_code_the_step_calls_records_again_when_it_changes(where):
+    global FORWARD_SCALE
+    settings = _Settings()
+
+    def scenario(captured):
+        global FORWARD_SCALE
+        FORWARD_SCALE, settings.k = 1.0, 1.0
+        nn.seed(0)
+        model = _Scaled()
+        optimizer = nn.GD(model.vars, lr=0.1)
+
+        def step(x, y):
+            return finish(nn.SoftmaxCELoss(model(x) * settings.get(), y), optimizer)
+        step = nn.capture(step) if captured else step
+        losses = []
+        for i, (x, y) in enumerate(data(8)):
+            if i == 4:
+                if where == "a Module's forward":
+                    FORWARD_SCALE = 3.0
+                else:
+                    settings.k = 3.0
+            losses.append(np.array(step(x, y).data))
+        return losses, step
+    eager, _ = scenario(False)
+    replayed, step = scenario(True)
+    FORWARD_SCALE = 1.0
+    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    assert step.records == 2 and step.replays >= 5, step
+
+
+def test_back_with_a_trace_runs_the_step_eagerly():
+    model, optimizer, _, _ = build()
+    traces = []
+
+    def step(x, y):
+        loss = nn.SoftmaxCELoss(model.l2(nn.Tanh(model.l1(x))), y)
+        traces.append(loss.back(trace=True))
+        optimizer.step()
+        return loss
+    captured = nn.capture(step)
+    with pytest.warns(UserWarning, match=r"back\(trace=True\)"):
+        for x, y in data(3):
+            captured(x, y)
+    assert len(traces) == 3 and captured.replays == 0
