@@ -9,14 +9,18 @@ MARKER = re.compile(r"<!-- nnkit-reference: ([\w. ]+) -->")
 
 
 def modules(name):
-    """``name`` itself when it is a module, else every module of the package (sorted)."""
+    """``name`` itself when it is a module, else every module of the package (sorted), after
+    the package itself when its ``__init__`` defines names."""
     path = ROOT.joinpath(*name.split("."))
     if path.with_suffix(".py").is_file():
         return [name]
     if not (path / "__init__.py").is_file():
         raise ValueError(f"docs: no module or package named {name} under {ROOT}")
-    return [f"{name}.{child.stem}" for child in sorted(path.glob("*.py"))
-            if not child.stem.startswith("_")]
+    # a package whose __init__ defines public names of its own (nnkit.replay) is a page too
+    own = [name] if re.search(r"^(def|class) [A-Za-z]", (path / "__init__.py").read_text(),
+                              flags=re.M) else []
+    return own + [f"{name}.{child.stem}" for child in sorted(path.glob("*.py"))
+                  if not child.stem.startswith("_")]
 
 
 def expand(match):
