@@ -1,5 +1,6 @@
 """``capture`` and the schedules it keeps: record on a signature's first call, check and replay
 on the next ones (the package's docstring tells the whole story)."""
+import copy
 import functools
 import warnings
 
@@ -156,7 +157,8 @@ def signature(inputs):
     parts = [modes.grad, modes.train, threads_without_grad[0] > 0, get_dtype()]
     for value in inputs:
         if isinstance(value, NetVar):
-            parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad))
+            parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad,
+                          value._g is None))      # a gradient at entry is added to
         elif backend.is_array(value):        # (a GPU array: recording refuses it, by name)
             parts.append(("array", type(value), value.shape, value.dtype))
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
@@ -174,6 +176,8 @@ class Schedule:
 
     @classmethod
     def record(cls, fn, inputs):
+        """Run ``fn(*inputs)`` eagerly while recording: ``(schedule, result)``, or Unrecordable
+        (the step ran eagerly all the same; its result is the exception's ``result``)."""
         world = World(fn, inputs)
         arrays = [leaf._data for leaf in world.leaves] + [
             value._data if isinstance(value, NetVar) else value for value in inputs
@@ -181,92 +185,19 @@ class Schedule:
         if any(not isinstance(array, _ndarray) for array in arrays):
             raise OnDevice("capture records steps on NumPy arrays; on a GPU the step runs as "
                            "it is (docs/capture.md)")
-        rec = Recording()
-        schedule = cls()
-        schedule.world = world
-        swaps = []          # (holder, attribute, value before)
+        schedule, rec = cls(), Recording()
+        schedule.world, schedule.swaps, schedule.entries = world, [], []
         start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
         before = world.snapshot(optimizers=True)
         counters = [(owner, name, getattr(owner, name))
                     for owner in world.owners for name in getattr(type(owner), "counters", ())]
-
-        def swap(holder, attribute, twin):
-            swaps.append((holder, attribute, getattr(holder, attribute)))
-            setattr(holder, attribute, twin)
-
-        schedule.inputs = []
-        traced_inputs = []
-        for value in inputs:
-            if isinstance(value, (_ndarray, NetVar)):
-                source = value._data if isinstance(value, NetVar) else value
-                buffer = numpy.array(source, copy=True, subok=False)
-                rec.vary(buffer, ("input", len(schedule.inputs)))
-                rec.inputs.add(id(buffer))
-                schedule.inputs.append(buffer)
-                twin = rec.traced_view(buffer)
-                if isinstance(value, NetVar):
-                    swap(value, "_data", twin)
-                    traced_inputs.append(value)
-                else:
-                    traced_inputs.append(twin)
-            else:
-                schedule.inputs.append(None)
-                traced_inputs.append(value)
         entry_grads = {id(leaf): _entry_grads([leaf])[0] for leaf in world.leaves}
-        entries = []        # (holder, attribute, entry buffer): copied in at each replay
-        for leaf in world.leaves:
-            rec.vary(leaf._data, "state")
-            rec.kept.add(id(_root(leaf._data)))
-            swap(leaf, "_data", rec.traced_view(leaf._data))
-            if leaf._g is not None:
-                entry = numpy.array(leaf._g, copy=True, subok=False)
-                rec.vary(entry, "state")
-                entries.append((leaf, "_g", entry))
-                swap(leaf, "_g", rec.traced_view(entry))
-        for owner in world.owners:
-            for name in type(owner).buffers:
-                value = getattr(owner, name, None)
-                if isinstance(value, _ndarray):
-                    entry = numpy.array(value, copy=True, subok=False)
-                    rec.vary(entry, "state")
-                    entries.append((owner, name, entry))
-                    swap(owner, name, rec.traced_view(entry))
+        traced_inputs = schedule._hand_in(rec, inputs)
         met = Meeting()
-        core.observers.append(met)
-        live_step = Optimizer.step
-
-        def step(optimizer):
-            grads = [(p, None if p._g is None else plain(p._g), p._gshared)
-                     for group in optimizer.param_groups for p in group["params"]]
-            rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
-            rec.touched = rec.touched or f"{type(optimizer).__name__}.step()"
-            rec.paused = True
-            try:
-                live_step(optimizer)
-            finally:
-                rec.paused = False
-        Optimizer.step = step
-        tracer = core.recorder
-
-        def traced_back():          # back(trace=True): a Trace no replay would make
-            rec.refuse("the step calls back(trace=True), whose Trace a replay would not make")
-            return tracer()
-        core.recorder = traced_back
-        result = error = None
-        try:
-            with patched(rec):
-                try:
-                    result = fn(*traced_inputs)
-                except BaseException as raised:
-                    error = raised
-        finally:
-            Optimizer.step = live_step
-            core.recorder = tracer
-            core.observers.remove(met)
+        result, error = schedule._run(rec, met, fn, traced_inputs)
         for value, buffer in zip(inputs, schedule.inputs):
             if buffer is not None and id(buffer) in rec.inputs_written:   # as eager wrote it
                 numpy.copyto(value._data if isinstance(value, NetVar) else value, buffer)
-        # what the step left: refused (reasons in rec.refusals) or handed out at each replay
         schedule.outputs = _outputs(result, rec)
         for leaf in met.leaves:
             if leaf.index < start and not any(leaf is known for known in world.leaves) \
@@ -274,49 +205,13 @@ class Schedule:
                 rec.refuse(f"the step uses a parameter capture did not find before it ran "
                            f"({leaf._describe()}): keep parameters in a Module, an optimizer, "
                            "or a name the step reads")
-        schedule.leaves = [leaf for leaf in world.leaves + met.leaves if leaf.index < start]
-        schedule.grads_out = []
-        for leaf in schedule.leaves:
-            if leaf._g is not None and type(leaf._g) is Traced:
-                schedule.grads_out.append((leaf, plain(leaf._g)))
-        assigned = set()        # the nodes whose data the step replaced: they keep it
-        for holder, attribute, old in swaps:
-            value = getattr(holder, attribute)
-            if attribute == "_data" and not (type(value) is Traced and _root(plain(value)) is _root(
-                    old if type(old) is not Traced else plain(old))):
-                rec.refuse(f"the step assigned new data to {holder._describe()}")
-                assigned.add(id(holder))
-                holder._data = plain(value).copy() if type(value) is Traced else value
-        schedule.entries = entries
+        schedule.leaves = [leaf for leaf in world.leaves + met.leaves if leaf.index < start
+                           and all(leaf is not value for value in inputs)]
+        schedule.input_grads = [(k, plain(value._g)) for k, value in enumerate(inputs)
+                                if isinstance(value, NetVar) and type(value._g) is Traced]
         schedule.counters = [(owner, name, getattr(owner, name) - value)
                              for owner, name, value in counters]
-        # put back the plain arrays; what the step rebinds or writes is handed out at a replay
-        schedule.outs = []          # (holder, attribute, buffer, "rebind" or "write")
-        originals = {(id(holder), attribute): old for holder, attribute, old in swaps}
-        for holder, attribute, old in swaps:
-            if attribute == "_data" and id(holder) not in assigned:
-                holder._data = old
-        for holder, attribute, entry in entries:
-            if attribute == "_g":
-                continue
-            value = getattr(holder, attribute)
-            original = originals[(id(holder), attribute)]
-            if type(value) is not Traced:
-                rec.refuse(f"the step assigned {type(holder).__name__}.{attribute} a value "
-                           "capture did not see computed")
-            elif _root(plain(value)) is not entry:
-                schedule.outs.append((holder, attribute, plain(value), "rebind"))
-                setattr(holder, attribute, plain(value).copy())
-            else:
-                setattr(holder, attribute, original)
-                if _written(rec, entry):
-                    numpy.copyto(original, entry)
-                    schedule.outs.append((holder, attribute, entry, "write"))
-        for leaf, buffer in schedule.grads_out:
-            leaf._g, leaf._gshared = buffer.copy(), True
-        for leaf in schedule.leaves:
-            if type(leaf._g) is Traced:
-                leaf._g, leaf._gshared = plain(leaf._g).copy(), True
+        schedule._take_out(rec, inputs)
         moved = failed_guard(world.guards)
         if moved:           # the step itself changed what it reads: a counter, a schedule
             rec.refuse(f"the step changes Python state a replay would not: {moved}")
@@ -340,6 +235,116 @@ class Schedule:
         schedule.draws = any(step[0] is recording._draw for step in rec.program)
         schedule.keyed = tuple(sorted(rec.keyed))
         return schedule, eager_result
+
+    def _swap(self, holder, attribute, twin):
+        self.swaps.append((holder, attribute, getattr(holder, attribute), twin))
+        setattr(holder, attribute, twin)
+
+    def _hand_in(self, rec, inputs):
+        """Give the step Traced arrays: copies of its inputs (the input buffers), its
+        parameters' data (themselves: the optimizer updates them in place), copies of their
+        gradients and of the buffers (entries, copied in at each replay). Returns the inputs."""
+        self.inputs, traced = [], []
+        for value in inputs:
+            if not isinstance(value, (_ndarray, NetVar)):
+                self.inputs.append(None)
+                traced.append(value)
+                continue
+            buffer = numpy.array(value._data if isinstance(value, NetVar) else value, copy=True,
+                                 subok=False)
+            rec.vary(buffer, ("input", len(self.inputs)))
+            rec.inputs.add(id(buffer))
+            self.inputs.append(buffer)
+            twin = rec.traced_view(buffer)
+            if isinstance(value, NetVar):
+                self._swap(value, "_data", twin)
+            traced.append(value if isinstance(value, NetVar) else twin)
+        for leaf in self.world.leaves:
+            rec.vary(leaf._data, "state")
+            rec.kept.add(id(_root(leaf._data)))
+            self._swap(leaf, "_data", rec.traced_view(leaf._data))
+            if leaf._g is not None:
+                self._enter(rec, leaf, "_g")
+        for owner in self.world.owners:
+            for name in type(owner).buffers:
+                if isinstance(getattr(owner, name, None), _ndarray):
+                    self._enter(rec, owner, name)
+        return traced
+
+    def _enter(self, rec, holder, attribute):
+        entry = numpy.array(getattr(holder, attribute), copy=True, subok=False)
+        rec.vary(entry, "state")
+        self.entries.append((holder, attribute, entry))
+        self._swap(holder, attribute, rec.traced_view(entry))
+
+    @staticmethod
+    def _run(rec, met, fn, inputs):
+        """``fn(*inputs)`` recorded: NumPy patched, the optimizer's step live (an instruction
+        that sets the gradients it reads and calls it), back(trace=True) refused, every leaf
+        the ops read met. Returns ``(result, error)``."""
+        live_step, tracer = Optimizer.step, core.recorder
+
+        def step(optimizer):
+            grads = [(p, None if p._g is None else plain(p._g), p._gshared)
+                     for group in optimizer.param_groups for p in group["params"]]
+            rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
+            rec.touched = rec.touched or f"{type(optimizer).__name__}.step()"
+            rec.paused = True
+            try:
+                live_step(optimizer)
+            finally:
+                rec.paused = False
+
+        def traced_back():          # back(trace=True): a Trace no replay would make
+            rec.refuse("the step calls back(trace=True), whose Trace a replay would not make")
+            return tracer()
+        Optimizer.step, core.recorder = step, traced_back
+        core.observers.append(met)
+        try:
+            with patched(rec):
+                return fn(*inputs), None
+        except BaseException as raised:
+            return None, raised
+        finally:
+            Optimizer.step, core.recorder = live_step, tracer
+            core.observers.remove(met)
+
+    def _take_out(self, rec, inputs):
+        """Put the plain arrays back where the Traced ones were handed in, and note what each
+        replay hands out: gradients (copies), buffers the step rebinds (copies) or writes into
+        (copied into the holder's array). A parameter the step assigned new data keeps it."""
+        self.grads_out = [(leaf, plain(leaf._g)) for leaf in self.leaves
+                          if type(leaf._g) is Traced]
+        self.outs = []          # (holder, attribute, buffer, "rebind" or "write")
+        originals = {(id(holder), attribute): old for holder, attribute, old, _ in self.swaps}
+        for holder, attribute, old, twin in self.swaps:
+            value = getattr(holder, attribute)
+            if attribute != "_data":
+                continue
+            if value is twin:
+                holder._data = old
+            else:
+                rec.refuse(f"the step assigned new data to {holder._describe()}")
+                holder._data = plain(value).copy() if type(value) is Traced else value
+        for holder, attribute, entry in self.entries:
+            if attribute == "_g":       # a gradient at entry: handed out with grads_out
+                continue
+            value, original = getattr(holder, attribute), originals[(id(holder), attribute)]
+            if type(value) is not Traced:
+                rec.refuse(f"the step assigned {type(holder).__name__}.{attribute} a value "
+                           "capture did not see computed")
+            elif _root(plain(value)) is not entry:
+                self.outs.append((holder, attribute, plain(value), "rebind"))
+                setattr(holder, attribute, plain(value).copy())
+            else:
+                setattr(holder, attribute, original)
+                if _written(rec, entry):
+                    numpy.copyto(original, entry)
+                    self.outs.append((holder, attribute, entry, "write"))
+        for leaf, buffer in self.grads_out:
+            leaf._g, leaf._gshared = buffer.copy(), True
+        for position, buffer in self.input_grads:
+            inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
 
     # -- a replay
     def stale(self):
@@ -377,6 +382,8 @@ class Schedule:
             raise
         for leaf, buffer in self.grads_out:
             leaf._g, leaf._gshared = buffer.copy(), True
+        for position, buffer in self.input_grads:        # a node input's gradient
+            inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
         for holder, attribute, buffer, how in self.outs:
             if how == "rebind":
                 setattr(holder, attribute, buffer.copy())
@@ -572,7 +579,6 @@ def _same(a, b):
 
 
 def _copied(value):
-    import copy
     return copy.deepcopy(value)
 
 

@@ -56,6 +56,8 @@ class World:
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     self._add(p, self.leaves)
+        # a node given as an input is an input (copied in at each call), not a parameter
+        self.leaves = [leaf for leaf in self.leaves if all(leaf is not x for x in inputs)]
 
     def _add(self, value, found):
         if all(item is not value for item in found):

@@ -483,3 +483,22 @@ def test_back_with_a_trace_runs_the_step_eagerly():
         for x, y in data(3):
             captured(x, y)
     assert len(traces) == 3 and captured.replays == 0
+
+
+def test_a_node_input_gets_its_gradient_at_every_replay():
+    def run(captured):
+        model, optimizer, _, _ = build()
+
+        def step(x, y):
+            return finish(nn.SoftmaxCELoss(model.l2(nn.Tanh(model.l1(x))), y), optimizer)
+        step = nn.capture(step) if captured else step
+        grads = []
+        for x, y in data(5):
+            node = nn.NetVar(x)
+            step(node, y)
+            grads.append(node.g.copy())
+        return grads, step
+    eager, _ = run(False)
+    replayed, step = run(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    assert step.replays >= 3, step
