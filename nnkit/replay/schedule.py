@@ -2,6 +2,7 @@
 on the next ones (the package's docstring tells the whole story)."""
 import copy
 import functools
+import gc
 import warnings
 
 import numpy
@@ -212,6 +213,7 @@ class Schedule:
         schedule.counters = [(owner, name, getattr(owner, name) - value)
                              for owner, name, value in counters]
         schedule._take_out(rec, inputs)
+        gc.collect()        # the recorded graph's cycles: freed now, not amid later steps
         moved = failed_guard(world.guards)
         if moved:           # the step itself changed what it reads: a counter, a schedule
             rec.refuse(f"the step changes Python state a replay would not: {moved}")
@@ -509,12 +511,14 @@ def _root(array):
 
 
 def _entry_grads(leaves, before=None):
-    """Whether each leaf had a gradient, and whether it shared it (a replay adds into it as
-    eager did, or starts it): from ``before`` (id -> the same, taken before the recording)."""
-    now = [(leaf._g is None, leaf._gshared if leaf._g is not None else None) for leaf in leaves]
+    """Whether each leaf had a gradient at entry (a replay adds into it as eager did, or starts
+    it): from ``before`` (id -> the same, taken before the recording). Whether it was shared
+    changes only which array eager adds into, not the values: reading ``p.g`` changes it, and
+    must not make the next call record again."""
+    now = [leaf._g is None for leaf in leaves]
     if before is None:
         return now
-    return [before.get(id(leaf), (True, None)) for leaf in leaves]
+    return [before.get(id(leaf), True) for leaf in leaves]
 
 
 def _outputs(result, rec):
