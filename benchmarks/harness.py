@@ -1,4 +1,5 @@
 """Timing helpers: interleaved rounds, medians of per-round ratios, and the printed table."""
+import gc
 import statistics
 import time
 import warnings
@@ -81,11 +82,15 @@ def check_close(name, ours, theirs, rtol=1e-4, atol=1e-6):
 class Replay:
     """``nn.capture(fn)`` as a contender, checked against eager before it is timed.
 
-    ``check(step)`` calls the captured step beside the eager step from the same state, so that
-    it records and then replays, and raises (``check_replay``) unless the replay gives eager's
-    values: a broken capture fails loudly instead of timing something else. What nn.capture
-    raised (then ``step`` is None and the row is left empty) or warned, a step it runs eagerly
-    say, goes into the row's note rather than stopping the other rows.
+    Made after the eager rows of its workload are timed, and released once it is timed: a
+    capture holds its buffers, and a process holding them gave W10's eager step up to 1.5x its
+    time (glibc's malloc handed the step fresh pages more often).
+
+    ``check(step)`` calls the captured step beside the eager step, so that it records and then
+    replays, and raises (``check_replay``) unless the replay gives eager's values: a broken
+    capture fails loudly instead of timing something else. What nn.capture raised (then the row
+    is left empty) or warned, a step it runs eagerly say, goes into the row's note rather than
+    stopping the other rows.
     """
 
     def __init__(self, fn, check):
@@ -105,10 +110,24 @@ class Replay:
         if self.step is not None and self.step.replays == 0:
             notes.append(f"the checked calls never replayed ({self.step.records} recordings)")
         self.note = "; ".join(note for note in notes if note)
-        self.counts = None if self.step is None else (self.step.records, self.step.replays)
+        self.failed = self.step is None
+        self.timed = None           # (replays, recordings) of the timed calls
 
     def __call__(self, *inputs):
         return self.step(*inputs)
+
+    def measure(self, call, baselines, rounds, number):
+        """Times of ``call`` (a call of the captured step) as ``"replayed"``, interleaved with
+        ``baselines`` (name -> function), or None when the capture failed; then the capture is
+        released."""
+        if self.failed:
+            return None
+        records, replays = self.step.records, self.step.replays
+        times = interleaved({"replayed": call, **baselines}, rounds, number)
+        self.timed = (self.step.replays - replays, self.step.records - records)
+        self.step = None
+        gc.collect()                # the capture's buffers go before the next workload runs
+        return times
 
     def columns(self, times, baseline="numpy"):
         """The replay row's times: the ``"replayed"`` contender of ``times`` as nnkit's column,
@@ -119,10 +138,9 @@ class Replay:
         return columns
 
     def annotate(self, row):
-        """Add to ``row``'s note the recordings and replays since the check (the timed calls):
-        a recording there means what was timed was not only replays, and the row is not met."""
-        records = self.step.records - self.counts[0]
-        replays = self.step.replays - self.counts[1]
+        """Add to ``row``'s note the replays and recordings of the timed calls: a recording
+        there means what was timed was not only replays, and the row is not met."""
+        replays, records = self.timed
         row.note = "; ".join(n for n in (self.note, row.note, f"timed calls: {replays} "
                                          f"replays, {records} recordings") if n)
         if (records or not replays) and row.target not in (None, "-"):
@@ -130,17 +148,12 @@ class Replay:
         return row
 
     def row(self, workload, unit, scale, times, target=None, baseline="numpy"):
-        """The row of the ``"replayed"`` contender of ``times`` (``columns``), or an empty one
-        saying why it was not timed."""
-        if self.step is None:
+        """The row of ``measure``'s ``times`` (``columns``), or an empty one saying why there
+        are none."""
+        if self.failed:
             return Row(workload, unit, scale, {}, target=target, met=False, note=self.note)
         return self.annotate(Row(workload, unit, scale, self.columns(times, baseline),
                                  target=target))
-
-
-def eager_times(times):
-    """``times`` without the ``"replayed"`` contender: the eager rows' columns."""
-    return {name: t for name, t in times.items() if name != "replayed"}
 
 
 def check_replay(name, labels, replayed, eager):

@@ -14,8 +14,8 @@ import numpy as np
 import nnkit as nn
 from nnkit.backend import array_module
 
-from .harness import (Replay, Row, check_close, check_replay, eager_times, interleaved,
-                      median_ratio, optional_torch)
+from .harness import (Replay, Row, check_close, check_replay, interleaved, median_ratio,
+                      optional_torch)
 
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
 
@@ -294,17 +294,11 @@ def digits_batches(batch=64):
 
 def digits_epoch(rounds, batch=64, number=2):
     """W2: one epoch over scikit-learn's digits (64-128-128-10, batch 64, Adam, float32); then
-    the same with nnkit's step captured and replayed (the last, partial batch is a second
-    signature: two recordings, the first epoch's)."""
+    the same with nnkit's step captured and replayed, timed against NumPy's again (the last,
+    partial batch is a second signature: two recordings, before the timing)."""
     batches = digits_batches(batch)
     layers = init_weights((64, 128, 128, 10))
     models = _contenders(layers, *batches[0])
-    steps = {name: model.step for name, model in models.items()}
-    # both signatures recorded, then both replayed
-    replay = captured_mlp("W2", layers, [batches[0], batches[1], batches[-1], batches[2],
-                                         batches[-1]])
-    if replay.step is not None:
-        steps["replayed"] = replay
 
     def epoch(step):
         def run():
@@ -312,11 +306,15 @@ def digits_epoch(rounds, batch=64, number=2):
                 step(x, y)
         return run
 
-    times = interleaved({name: epoch(step) for name, step in steps.items()}, rounds, number)
-    return [Row("W2 digits MLP epoch (64-128-128-10, Adam)", "ms", 1e3, eager_times(times),
-                target=1.25),
-            replay.row("W2 the same, each step captured (nn.capture) and replayed", "ms", 1e3,
-                       times, target=0.9)]
+    times = interleaved({name: epoch(model.step) for name, model in models.items()}, rounds,
+                        number)
+    eager = Row("W2 digits MLP epoch (64-128-128-10, Adam)", "ms", 1e3, times, target=1.25)
+    # both signatures recorded, then both replayed
+    replay = captured_mlp("W2", layers, [batches[0], batches[1], batches[-1], batches[2],
+                                         batches[-1]])
+    times = replay.measure(epoch(replay), {"numpy": epoch(models["numpy"].step)}, rounds, number)
+    return [eager, replay.row("W2 the same, each step captured (nn.capture) and replayed", "ms",
+                              1e3, times, target=0.9)]
 
 
 def big_mlp_data(batch=256, seed=1):
@@ -356,24 +354,25 @@ def small_mlp_step(rounds, batch=128, number=30):
     allocated_once.step(x, y)
     check_close("W11 NumPy written plainly, after one Adam step", plain.params,
                 allocated_once.params, rtol=1e-5, atol=0.05 * LR)
-    models["plain"] = PlainNumpyMLP(layers)
-    steps = {name: model.step for name, model in models.items()}
-    other = (rng.standard_normal((batch, 784)).astype(np.float32), rng.integers(0, 10, batch))
-    replay = captured_mlp("W11", layers, [other, (x, y), (x, y)])     # recorded on another batch
-    if replay.step is not None:
-        steps["replayed"] = replay
-    times = interleaved({name: (lambda s=step: s(x, y)) for name, step in steps.items()},
+    times = interleaved({name: (lambda m=model: m.step(x, y)) for name, model in models.items()},
                         rounds, number)
     label = f"W11 784-256-10 MLP step, batch {batch}"
-    rows = [Row(f"{label}, against NumPy with buffers allocated once", "ms", 1e3,
-                {name: t for name, t in eager_times(times).items() if name != "plain"}),
-            replay.row(f"{label}, captured (nn.capture) and replayed", "ms", 1e3, times,
-                       target=1.0)]
-    plainly = (f"NumPy written plainly takes {median_ratio(times['plain'], times['numpy']):.2f}x "
-               "the allocated-once step (about 2x alone, nearer 1x after W3 or W10: malloc)")
-    if replay.step is None:
-        rows.append(Row(f"{label}, NumPy written plainly", "ms", 1e3, {}, note=plainly))
+    rows = [Row(f"{label}, against NumPy with buffers allocated once", "ms", 1e3, times)]
+    other = (rng.standard_normal((batch, 784)).astype(np.float32), rng.integers(0, 10, batch))
+    replay = captured_mlp("W11", layers, [other, (x, y), (x, y)])     # recorded on another batch
+    plain = PlainNumpyMLP(layers)
+    times = replay.measure(lambda: replay(x, y), {"numpy": lambda: models["numpy"].step(x, y),
+                                                  "plain": lambda: plain.step(x, y)},
+                           rounds, number)
+    rows.append(replay.row(f"{label}, captured (nn.capture) and replayed", "ms", 1e3, times,
+                           target=1.0))
+    if times is None:
+        rows.append(Row(f"{label}, replayed, against NumPy written plainly", "ms", 1e3, {},
+                        note=replay.note))
     else:
+        ratio = median_ratio(times["plain"], times["numpy"])
+        plainly = (f"NumPy written plainly takes {ratio:.2f}x the allocated-once step (about 2x "
+                   "alone, nearer 1x after W3 or W10: malloc)")
         rows.append(Row(f"{label}, replayed, against NumPy written plainly", "ms", 1e3,
                         replay.columns(times, "plain"), note=plainly))
     return rows

@@ -30,8 +30,8 @@ import numpy as np
 
 import nnkit as nn
 
-from .harness import (Replay, Row, check_close, check_replay, eager_times, interleaved,
-                      median_ratio, optional_torch)
+from .harness import (Replay, Row, check_close, check_replay, interleaved, median_ratio,
+                      optional_torch)
 from .mlp import BETAS, EPS, LR, adam_numpy
 
 V, DIM, HEADS, HIDDEN, LAYERS, T, B = 65, 64, 4, 256, 2, 64, 32
@@ -375,10 +375,9 @@ def captured_lm(weights, x, y):
     return Replay(model.train, check)
 
 
-def step_times(rounds, number=2, replay=None):
+def step_times(rounds, number=2):
     """Check the contenders equal (gradients, then the weights after one Adam step) and time
-    their steps interleaved: name -> seconds per step, one per round; with ``replay`` (a
-    ``Replay`` of ``captured_lm``), timed as the contender ``"replayed"`` too."""
+    their steps interleaved: name -> seconds per step, one per round."""
     weights = make_weights()
     x, y = make_tokens()
     numpy_model, ours = NumpyLM(weights), NnkitLM(weights)
@@ -411,11 +410,23 @@ def step_times(rounds, number=2, replay=None):
         got = fresh["torch"].named(lambda p: p.detach().numpy())
         check_close("W10 after one Adam step (PyTorch)", [got[n] for n in names],
                     [after[n] for n in names], rtol=1e-5, atol=0.05 * LR)
-    steps = {name: model.step for name, model in fresh.items()}
-    if replay is not None and replay.step is not None:
-        steps["replayed"] = replay
-    return interleaved({name: (lambda s=step: s(x, y)) for name, step in steps.items()},
+    return interleaved({name: (lambda m=model: m.step(x, y)) for name, model in fresh.items()},
                        rounds, number)
+
+
+def replay_times(rounds, number=2):
+    """The captured step (``captured_lm``) timed interleaved with fresh NumPy and PyTorch
+    steps (``step_times`` checked them): ``(replay, times)``, times None when nn.capture
+    raised."""
+    weights = make_weights()
+    x, y = make_tokens()
+    replay = captured_lm(weights, x, y)
+    baselines = {"numpy": NumpyLM(weights)}
+    torch = optional_torch()
+    if torch is not None:
+        baselines["torch"] = torch_lm(torch, weights)
+    steps = {name: (lambda m=model: m.step(x, y)) for name, model in baselines.items()}
+    return replay, replay.measure(lambda: replay(x, y), steps, rounds, number)
 
 
 def steps_row(label, times, limit=1.0):
@@ -440,20 +451,23 @@ KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
                      "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
+def replay_row(label, rounds, number):
+    """The row of the captured step (``replay_times``; target: at most 0.8x PyTorch's time)."""
+    replay, times = replay_times(rounds, number)
+    label = f"{label}, captured (nn.capture) and replayed"
+    if times is None:
+        return Row(label, "steps/s", 1.0, {}, target="<= 0.80x PyTorch", met=False,
+                   note=replay.note)
+    return replay.annotate(steps_row(label, replay.columns(times), limit=0.8))
+
+
 def transformer_rows(rounds, number=2):
     """W10's rows: steps per second of each contender (target: nnkit no slower than PyTorch),
-    as the process runs, then again in a child process whose glibc malloc keeps freed memory
+    as the process runs; nnkit's step captured and replayed (``replay_row``); then the eager
+    contenders again in a child process whose glibc malloc keeps freed memory
     (``KEEP_FREED_MEMORY``, the same for all three contenders; Linux only)."""
     label = "W10 char Transformer LM step (2 layers, dim 64, T 64, B 32, Adam)"
-    replay = captured_lm(make_weights(), *make_tokens())
-    times = step_times(rounds, number, replay)
-    rows = [steps_row(label, eager_times(times))]
-    if replay.step is None:
-        rows.append(Row(f"{label}, captured and replayed", "steps/s", 1.0, {},
-                        target="<= 0.80x PyTorch", met=False, note=replay.note))
-    else:
-        rows.append(replay.annotate(steps_row(f"{label}, captured (nn.capture) and replayed",
-                                              replay.columns(times), limit=0.8)))
+    rows = [steps_row(label, step_times(rounds, number)), replay_row(label, rounds, number)]
     if platform.libc_ver()[0] != "glibc":
         return rows
     from . import harness
