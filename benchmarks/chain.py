@@ -6,7 +6,7 @@ import numpy as np
 import nnkit as nn
 
 from . import harness
-from .harness import Row, check_close, interleaved, optional_torch
+from .harness import Replay, Row, check_close, check_replay, interleaved, optional_torch
 
 KINDS = ("add", "mul", "tanh")
 
@@ -31,7 +31,8 @@ def run_unrolled(h, W, b, tanh, steps):
 
 
 def tiny_chain(rounds, ops=1000, number=20):
-    """W1: x + a, · b, tanh repeated on shape (4,), forward + backward; µs per op.
+    """W1: x + a, · b, tanh repeated on shape (4,), forward + backward; µs per op; then the same
+    step captured with ``nn.capture`` and replayed, timed against NumPy's again.
 
     a and b are parameters shared by every step, so each backward step also adds into their
     gradients (as the weights of a network do).
@@ -89,7 +90,38 @@ def tiny_chain(rounds, ops=1000, number=20):
         check_close("W1 (PyTorch)", [v.numpy() for v in torch_step()], reference)
         contenders["torch"] = torch_step
     times = interleaved(contenders, rounds, number)
-    return [Row("W1 chain of 1,000 tiny ops, fwd+bwd", "µs/op", 1e6 / ops, times, target=2.1)]
+    eager = Row("W1 chain of 1,000 tiny ops, fwd+bwd", "µs/op", 1e6 / ops, times, target=2.1)
+    replay, ones = captured_chain(kinds, x0, a0, b0, [g.copy() for g in nnkit_step()])
+    times = replay.measure(lambda: replay(ones), {"numpy": numpy_step}, rounds, number)
+    return [eager, replay.row("W1 the same, captured (nn.capture) and replayed", "µs/op",
+                              1e6 / ops, times, target=1.2)]
+
+
+def captured_chain(kinds, x0, a0, b0, eager_gradients):
+    """W1's step captured, on nodes of its own (the eager step's resets and ``.g`` reads would
+    make it record again), returning the chain's output. Its input is the gradient ``back``
+    starts from (ones, as ``back()``'s): the chain forgets its start, so recording with twice
+    that seed is what makes a replay that left the recording's values in place differ from
+    eager (``eager_gradients``: x, a and b's)."""
+    x, a, b = nn.NetVar(x0), nn.NetVar(a0), nn.NetVar(b0)
+
+    def chain_step(seed):
+        x.reset()
+        a.reset()
+        b.reset()
+        h = run_chain(x, kinds, a, b, nn.Tanh)
+        h.back(seed)
+        return h
+
+    ones = np.ones_like(x0)
+
+    def check(step):
+        step(2 * ones)                      # records
+        step(ones)                          # replays
+        note = check_replay("W1", ["x.g", "a.g", "b.g"], [x.g, a.g, b.g], eager_gradients)
+        step(ones)                          # records again (.g was read): the timed calls replay
+        return note
+    return Replay(chain_step, check), ones
 
 
 def tiny_chain_plain(rounds, ops=1000, number=20):

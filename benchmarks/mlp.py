@@ -1,8 +1,10 @@
-"""W2 (digits MLP epoch), W3 (one step of a BLAS-bound MLP) and W6 (W3's peak memory).
+"""W2 (digits MLP epoch), W3 (one step of a BLAS-bound MLP), W6 (W3's peak memory) and W11 (one
+step of a 784-256-10 MLP, eager and captured).
 
 The three contenders train the same ReLU MLP with softmax cross-entropy and Adam from the same
 float32 weights: nnkit as a user writes it, NumPy by hand with preallocated buffers and in-place
-updates, and PyTorch (when installed).
+updates, and PyTorch (when installed). W2 and W11 add nnkit's step captured with ``nn.capture``
+and replayed, and W11 NumPy written plainly (every intermediate a new array).
 """
 import gc
 import tracemalloc
@@ -12,7 +14,8 @@ import numpy as np
 import nnkit as nn
 from nnkit.backend import array_module
 
-from .harness import Row, check_close, interleaved, optional_torch
+from .harness import (Replay, Row, check_close, check_replay, interleaved, median_ratio,
+                      optional_torch)
 
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
 
@@ -112,6 +115,49 @@ class NumpyMLP:
         return loss
 
 
+class PlainNumpyMLP:
+    """The same step as a NumPy user first writes it: every intermediate a new array, Adam's
+    moments rebuilt at each step (W11's second hand-written baseline)."""
+
+    def __init__(self, layers):
+        self.params = [a.copy() for layer in layers for a in layer]
+        self.m = [np.zeros_like(p) for p in self.params]
+        self.v = [np.zeros_like(p) for p in self.params]
+        self.t = 0
+
+    def step(self, x, y):
+        weights, biases = self.params[0::2], self.params[1::2]
+        activations = [x]
+        for i, (W, b) in enumerate(zip(weights, biases)):
+            h = activations[-1] @ W + b
+            if i < len(weights) - 1:
+                h = np.maximum(h, 0)
+            activations.append(h)
+        z = activations[-1]
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        probabilities = e / e.sum(axis=1, keepdims=True)
+        rows = np.arange(len(x))
+        loss = float(-np.log(probabilities[rows, y]).mean())
+        dz = probabilities.copy()
+        dz[rows, y] -= 1
+        dz = dz / len(x)
+        grads = []
+        for i in range(len(weights) - 1, -1, -1):
+            grads = [activations[i].T @ dz, dz.sum(axis=0)] + grads
+            if i > 0:
+                dz = (dz @ weights[i].T) * (activations[i] > 0)
+        self.t += 1
+        b1, b2 = BETAS
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            self.m[i] = b1 * self.m[i] + (1 - b1) * g
+            self.v[i] = b2 * self.v[i] + (1 - b2) * g * g
+            m_hat = self.m[i] / (1 - b1 ** self.t)
+            v_hat = self.v[i] / (1 - b2 ** self.t)
+            p -= LR * m_hat / (np.sqrt(v_hat) + EPS)
+        return loss
+
+
 def run_mlp(h, params, relu):
     """The MLP's logits written with a framework's tensors (PyTorch's here): h·W + b per layer
     (params W0, b0, W1, ...), ``relu`` between layers."""
@@ -155,6 +201,14 @@ class NnkitMLP:
         loss.back()
         self.optimizer.step()
         return loss.item()
+
+    def train(self, x, y):
+        """``step`` returning the loss node: the function W2 and W11 capture (a captured step
+        reads no value into Python, so no ``item()``)."""
+        loss = self.loss(x, y)
+        loss.back()
+        self.optimizer.step()
+        return loss
 
 
 def torch_model(layers, device="cpu"):
@@ -214,6 +268,21 @@ def _contenders(layers, x, y):
     return models
 
 
+def captured_mlp(name, layers, batches):
+    """A fresh ``NnkitMLP``'s ``train`` captured (a ``Replay``), checked against another fresh
+    one's run eagerly over ``batches``: every step's loss and the weights after."""
+    model, eager = NnkitMLP(layers), NnkitMLP(layers)
+
+    def check(step):
+        replayed = [step(x, y).data.copy() for x, y in batches]
+        expected = [eager.train(x, y).data for x, y in batches]
+        labels = [f"loss at step {i + 1}" for i in range(len(batches))] + [
+            f"parameter {key} after {len(batches)} steps" for key in model.model.state()]
+        return check_replay(name, labels, replayed + [p.data for p in model.params],
+                            expected + [p.data for p in eager.params])
+    return Replay(model.train, check)
+
+
 def digits_batches(batch=64):
     """W2's data: scikit-learn's digits scaled to [0, 1] (float32), in batches of ``batch``."""
     from sklearn.datasets import load_digits
@@ -224,18 +293,28 @@ def digits_batches(batch=64):
 
 
 def digits_epoch(rounds, batch=64, number=2):
-    """W2: one epoch over scikit-learn's digits (64-128-128-10, batch 64, Adam, float32)."""
+    """W2: one epoch over scikit-learn's digits (64-128-128-10, batch 64, Adam, float32); then
+    the same with nnkit's step captured and replayed, timed against NumPy's again (the last,
+    partial batch is a second signature: two recordings, before the timing)."""
     batches = digits_batches(batch)
-    models = _contenders(init_weights((64, 128, 128, 10)), *batches[0])
+    layers = init_weights((64, 128, 128, 10))
+    models = _contenders(layers, *batches[0])
 
-    def epoch(model):
+    def epoch(step):
         def run():
             for x, y in batches:
-                model.step(x, y)
+                step(x, y)
         return run
 
-    times = interleaved({name: epoch(model) for name, model in models.items()}, rounds, number)
-    return [Row("W2 digits MLP epoch (64-128-128-10, Adam)", "ms", 1e3, times, target=1.25)]
+    times = interleaved({name: epoch(model.step) for name, model in models.items()}, rounds,
+                        number)
+    eager = Row("W2 digits MLP epoch (64-128-128-10, Adam)", "ms", 1e3, times, target=1.25)
+    # both signatures recorded, then both replayed
+    replay = captured_mlp("W2", layers, [batches[0], batches[1], batches[-1], batches[2],
+                                         batches[-1]])
+    times = replay.measure(epoch(replay), {"numpy": epoch(models["numpy"].step)}, rounds, number)
+    return [eager, replay.row("W2 the same, each step captured (nn.capture) and replayed", "ms",
+                              1e3, times, target=0.9)]
 
 
 def big_mlp_data(batch=256, seed=1):
@@ -252,6 +331,51 @@ def big_mlp_step(rounds, number=3):
     times = interleaved({name: (lambda m=model: m.step(x, y)) for name, model in models.items()},
                         rounds, number)
     return [Row("W3 784-1024-1024-10 MLP step, batch 256", "ms", 1e3, times, target=1.10)]
+
+
+def small_mlp_step(rounds, batch=128, number=30):
+    """W11: one Adam step of a 784-256-10 MLP on a batch of 128, where Python's bookkeeping
+    still shows: nnkit eager and captured (``nn.capture``) against NumPy with every buffer
+    allocated once (``NumpyMLP``), and the replay against NumPy written plainly
+    (``PlainNumpyMLP``).
+
+    The plain step's time depends on what ran before it in the process: about twice the
+    allocated-once step's run alone, close to it after a workload that freed larger arrays
+    (W3, W10): glibc's malloc then keeps arrays of this size in its heap instead of handing
+    their pages back at every free (W10's docstring).
+    """
+    rng = np.random.default_rng(1)
+    layers = init_weights((784, 256, 10))
+    x = rng.standard_normal((batch, 784)).astype(np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int64)
+    models = _contenders(layers, x, y)
+    plain, allocated_once = PlainNumpyMLP(layers), NumpyMLP(layers)
+    plain.step(x, y)
+    allocated_once.step(x, y)
+    check_close("W11 NumPy written plainly, after one Adam step", plain.params,
+                allocated_once.params, rtol=1e-5, atol=0.05 * LR)
+    times = interleaved({name: (lambda m=model: m.step(x, y)) for name, model in models.items()},
+                        rounds, number)
+    label = f"W11 784-256-10 MLP step, batch {batch}"
+    rows = [Row(f"{label}, against NumPy with buffers allocated once", "ms", 1e3, times)]
+    other = (rng.standard_normal((batch, 784)).astype(np.float32), rng.integers(0, 10, batch))
+    replay = captured_mlp("W11", layers, [other, (x, y), (x, y)])     # recorded on another batch
+    plain = PlainNumpyMLP(layers)
+    times = replay.measure(lambda: replay(x, y), {"numpy": lambda: models["numpy"].step(x, y),
+                                                  "plain": lambda: plain.step(x, y)},
+                           rounds, number)
+    rows.append(replay.row(f"{label}, captured (nn.capture) and replayed", "ms", 1e3, times,
+                           target=1.0))
+    if times is None:
+        rows.append(Row(f"{label}, replayed, against NumPy written plainly", "ms", 1e3, {},
+                        note=replay.note))
+    else:
+        ratio = median_ratio(times["plain"], times["numpy"])
+        plainly = (f"NumPy written plainly takes {ratio:.2f}x the allocated-once step (about 2x "
+                   "alone, nearer 1x after W3 or W10: malloc)")
+        rows.append(Row(f"{label}, replayed, against NumPy written plainly", "ms", 1e3,
+                        replay.columns(times, "plain"), note=plainly))
+    return rows
 
 
 def peak_memory(make, x, y):

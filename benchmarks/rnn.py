@@ -3,14 +3,16 @@
 B 32 sequences of lengths 5..100, F 32 inputs, H 128 hidden units; forward, then backward of
 Σ G·y for a fixed random G (valid steps only), giving dW, dR and db. The NumPy baseline does only
 the needed work: the batch sorted by length, the valid steps packed, one input projection, and
-a step loop whose batch shrinks as sequences end.
+a step loop whose batch shrinks as sequences end. A second row times the fused row's step
+captured with ``nn.capture`` and replayed (the same batch every call after the recording),
+after the other rows.
 """
 import numpy as np
 
 import nnkit as nn
 from nnkit.backend import array_module
 
-from .harness import Row, check_close, interleaved, optional_torch
+from .harness import Replay, Row, check_close, check_replay, interleaved, optional_torch
 
 
 def make_data(B=32, F=32, H=128, shortest=5, longest=100, seed=0):
@@ -87,6 +89,31 @@ def fused_gradients(x, G, W, R, b, lengths):
     return fused
 
 
+def captured_rnn(x, G, W0, R0, b0, lengths, eager_gradients):
+    """The fused step on parameters of its own (the eager step's resets and ``.g`` reads would
+    make it record again), the batch, the upstream gradient and the lengths as its inputs,
+    returning the RNN's output; checked against the eager gradients after a replay, recorded on
+    other values so that a replay which left the recording's values in place would differ."""
+    W, R, b = nn.NetVar(W0), nn.NetVar(R0), nn.NetVar(b0)
+
+    def rnn_step(x, G, lengths):
+        W.reset()
+        R.reset()
+        b.reset()
+        y = nn.RNN(nn.NetVar(x, requires_grad=False), W, R, b, lengths=lengths)
+        y.back(G)
+        return y
+
+    def check(step):
+        step(0.5 * x, 2 * G, lengths)       # records
+        step(x, G, lengths)                 # replays
+        note = check_replay("W4 fused", ["W.g", "R.g", "b.g"], [W.g, R.g, b.g.reshape(-1)],
+                            eager_gradients)
+        step(x, G, lengths)                 # records again (.g was read): the timed calls replay
+        return note
+    return Replay(rnn_step, check)
+
+
 def torch_gradients(torch, x, G, W, R, b, lengths, device="cpu"):
     """The PyTorch contender of W4 (and W7 with ``device="cuda"``): a function computing dW,
     dR, db of Σ G·y through ``torch.nn.RNN`` holding W, R, b, as tensors on ``device``."""
@@ -111,7 +138,8 @@ def torch_gradients(torch, x, G, W, R, b, lengths, device="cpu"):
 
 
 def rnn_rows(rounds, number=5):
-    """W4 rows: the fused op (target 1.3x of NumPy) and the unrolled RNNCell loop."""
+    """W4 rows: the fused op (target 1.3x of NumPy), the same captured and replayed (target
+    1.0x) and the unrolled RNNCell loop."""
     x, G, W0, R0, b0, lengths = make_data()
     B = x.shape[1]
     baseline = NumpyRNN(x, G, lengths)
@@ -152,4 +180,9 @@ def rnn_rows(rounds, number=5):
                 interleaved(fused_runs, rounds, number), target=1.30)]
     rows.append(Row("W4 the same, unrolled RNNCell loop", "ms", 1e3,
                     interleaved(unrolled_runs, max(3, rounds // 2), 2)))
+    replay = captured_rnn(x, G, W0, R0, b0, lengths, [g.copy() for g in fused()])
+    times = replay.measure(lambda: replay(x, G, lengths), {"numpy": fused_runs["numpy"]}, rounds,
+                           number)
+    rows.insert(1, replay.row("W4 the same, captured (nn.capture) and replayed", "ms", 1e3,
+                              times, target=1.0))
     return rows

@@ -47,6 +47,7 @@ WORKLOADS = {
     "W8": lambda rounds: attention.attention_rows(rounds),
     "W9": lambda rounds: distributed.distributed_rows(rounds),
     "W10": lambda rounds: transformer.transformer_rows(rounds),
+    "W11": lambda rounds: mlp.small_mlp_step(rounds),
 }
 
 
