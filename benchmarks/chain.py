@@ -98,8 +98,7 @@ def tiny_chain(rounds, ops=1000, number=20):
 
 
 def captured_chain(kinds, x0, a0, b0, eager_gradients):
-    """W1's step captured, on nodes of its own (the eager step's resets and ``.g`` reads would
-    make it record again), returning the chain's output. Its input is the gradient ``back``
+    """W1's step captured, on nodes of its own, returning the chain's output. Its input is the gradient ``back``
     starts from (ones, as ``back()``'s): the chain forgets its start, so recording with twice
     that seed is what makes a replay that left the recording's values in place differ from
     eager (``eager_gradients``: x, a and b's)."""
@@ -117,9 +116,9 @@ def captured_chain(kinds, x0, a0, b0, eager_gradients):
 
     def check(step):
         step(2 * ones)                      # records
-        step(ones)                          # replays
+        step(ones)                          # records again: the gradients now exist
+        step(ones)                          # replays (checked against eager by capture too)
         note = check_replay("W1", ["x.g", "a.g", "b.g"], [x.g, a.g, b.g], eager_gradients)
-        step(ones)                          # records again (.g was read): the timed calls replay
         return note
     return Replay(chain_step, check), ones
 

@@ -185,7 +185,7 @@ class Recording:
         the replay (see ``Schedule``): its result is the same every time."""
         if sources is None:
             sources = self.sources_of((args, kwargs))
-        self.program.append((function, args, kwargs, tuple(writes), bool(sources)))
+        self.program.append((function, args, kwargs, tuple(writes), sources))
         for array in writes:
             self.buffers[id(array)] = array
             if id(_root(array)) in self.inputs:
@@ -265,7 +265,8 @@ class Recording:
     def create(self, array):
         """An array made without a traced argument (zeros, arange): a buffer whose creation
         the replay repeats only when something writes into it (see Schedule)."""
-        self.add(_restore, (array, array.copy()), {}, (array,), frozenset())
+        zeros = array.dtype.kind in "biufc" and not array.any()
+        self.add(_restore, (array, None if zeros else array.copy()), {}, (array,), frozenset())
         return self.traced_view(array)
 
 
@@ -351,7 +352,10 @@ def _same(value, expected):
 
 
 def _restore(array, initial):
-    numpy.copyto(array, initial)
+    if initial is None:         # zeros, which fill() writes without reading a copy
+        array.fill(0)
+    else:
+        numpy.copyto(array, initial)
 
 
 # ----------------------------------------------------------------------------- NumPy's makers
