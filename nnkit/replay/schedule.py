@@ -288,15 +288,21 @@ class Schedule:
         live_step, tracer = Optimizer.step, core.recorder
 
         def step(optimizer):
-            grads = [(p, None if p._g is None else plain(p._g), p._gshared)
-                     for group in optimizer.param_groups for p in group["params"]]
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            grads = [(p, None if p._g is None else plain(p._g), p._gshared) for p in params]
             rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
             rec.touched = rec.touched or f"{type(optimizer).__name__}.step()"
+            twins = [p._data for p in params]
+            for p, g, _ in grads:       # the step runs on plain arrays, as at a replay
+                p._data, p._g = plain(p._data), g
             rec.paused = True
             try:
                 live_step(optimizer)
             finally:
                 rec.paused = False
+                for p, twin in zip(params, twins):
+                    if p._data is plain(twin):      # updated in place: the Traced twin again
+                        p._data = twin
 
         def traced_back():          # back(trace=True): a Trace no replay would make
             rec.refuse("the step calls back(trace=True), whose Trace a replay would not make")

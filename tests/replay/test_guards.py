@@ -502,3 +502,21 @@ def test_a_node_input_gets_its_gradient_at_every_replay():
     replayed, step = run(True)
     assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
     assert step.replays >= 3, step
+
+
+def test_an_optimizer_with_modifiers_replays_as_eager():
+    # the optimizer's step, its gradient modifiers included, runs live on plain arrays
+    def run(captured):
+        nn.seed(0)
+        model = nn.layers.Sequential(nn.layers.Linear(8, 16), nn.Tanh, nn.layers.Linear(16, 3))
+        optimizer = nn.AdamW(model.vars, lr=0.05, weight_decay=0.1,
+                             modifiers=[nn.ClipGradNorm(0.5)])
+
+        def step(x, y):
+            return finish(nn.SoftmaxCELoss(model(x), y), optimizer)
+        step = nn.capture(step) if captured else step
+        return [np.array(step(x, y).data) for x, y in data(10)], step
+    eager, _ = run(False)
+    replayed, step = run(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
+    assert step.replays == 9, step
