@@ -99,13 +99,34 @@ def add_rows(table, idx, rows):
     rows in their order) and each run of one index summed by one ``add.reduceat``, several
     times faster than ``numpy.add.at`` (which a character model's embedding spent 3% of its
     step in). Elsewhere (CuPy) the scatter-add.
+
+    Every array here has a shape that depends on the shapes alone, not on which indices occur
+    (``nn.capture`` replays it for any batch). There are at most min(n, V) runs: the run starts
+    are padded to m = min(n, V) + 1 with n, which picks an appended zero row (at least one pad,
+    so the last run ends at n as it would alone: a sum's rounding depends on its length), and
+    the padding's zero sums go to rows of indices that do not occur (adding 0 leaves them as
+    they are) or, when every row may occur (V <= n), to one row past the table.
     """
     if not isinstance(table, numpy.ndarray) or not idx.size:
         return scatter_add(table, idx, rows)
+    n, V = idx.size, table.shape[0]
+    m = min(n, V) + 1
     order = numpy.argsort(idx, kind="stable")
     ordered = idx[order]
-    starts = numpy.flatnonzero(numpy.concatenate(([True], ordered[1:] != ordered[:-1])))
-    table[ordered[starts]] += numpy.add.reduceat(rows[order], starts, axis=0)
+    first = numpy.concatenate(([True], ordered[1:] != ordered[:-1]))    # where a run starts
+    starts = numpy.sort(numpy.where(first, numpy.arange(n + 1)[:n], n))   # its runs, then n's
+    starts = numpy.concatenate((starts, numpy.full(1, n, dtype=starts.dtype)))[:m]
+    sums = numpy.add.reduceat(numpy.concatenate((rows[order], numpy.zeros_like(rows[:1]))),
+                              starts, axis=0)
+    occurs = numpy.zeros(V, dtype=bool)
+    occurs[idx] = True
+    rows_of = numpy.argsort(~occurs, kind="stable")     # the indices that occur, ascending
+    if V > n:
+        table[rows_of[:m]] += sums
+    else:                   # one row past the table takes the padding
+        scratch = numpy.zeros((V + 1,) + table.shape[1:], dtype=table.dtype)
+        scratch[numpy.concatenate((rows_of, [V]))] += sums
+        table += scratch[:V]
     return table
 
 
