@@ -4,6 +4,7 @@ import copy
 import functools
 import gc
 import operator
+import threading
 import warnings
 
 import numpy
@@ -288,6 +289,8 @@ class Schedule:
         live_step, tracer = Optimizer.step, core.recorder
 
         def step(optimizer):
+            if threading.get_ident() != rec.thread:     # another thread's optimizer: its own
+                return live_step(optimizer)
             params = [p for group in optimizer.param_groups for p in group["params"]]
             grads = [(p, None if p._g is None else plain(p._g), p._gshared) for p in params]
             rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
