@@ -234,7 +234,7 @@ class Schedule:
             raise refusal
         schedule.program = _program(rec)
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
-        schedule.snapshot = world.snapshot()
+        schedule.snapshot, schedule.held = world.snapshot(), world.held()
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
         schedule.draws = any(step[0] is recording._draw for step in rec.program)
         schedule.keyed = tuple(sorted(rec.keyed))
@@ -369,9 +369,13 @@ class Schedule:
                 return f"the data of {leaf._describe()} was replaced"
         if _entry_grads(self.leaves) != self.entry_grads:
             return "a parameter's gradient was set or reset outside the step"
-        if changed(self.snapshot, self.world.snapshot()):
-            holder, name = changed(self.snapshot, self.world.snapshot())[0]
-            return f"{type(holder).__name__}.{name} changed"
+        held = self.world.held()
+        if len(held) != len(self.held) or not all(map(operator.is_, held, self.held)):
+            differences = changed(self.snapshot, self.world.snapshot())
+            if differences:
+                holder, name = differences[0]
+                return f"{type(holder).__name__}.{name} changed"
+            self.held = held        # equal numbers in new objects: the same attributes
         for holder, attribute, entry in self.entries:
             value = getattr(holder, attribute)
             if getattr(value, "shape", None) != entry.shape or value.dtype != entry.dtype:

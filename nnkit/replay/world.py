@@ -149,6 +149,20 @@ class World:
             self.guards.append((where, read, value, "is"))
 
     # -- Modules and buffer owners, attribute by attribute
+    def held(self):
+        """Every attribute value of the Modules and buffer owners (and the items of their lists
+        and dicts), in order: when each is the very object it was, nothing changed (the quick
+        check before ``snapshot``'s comparison)."""
+        values = []
+        for holder in self.modules + self.owners:
+            skip = _changing(holder)
+            for name, value in vars(holder).items():
+                if name not in skip:
+                    values.append(value)
+                    if isinstance(value, (list, dict)):
+                        values.extend(value.values() if isinstance(value, dict) else value)
+        return values
+
     def snapshot(self, optimizers=False):
         """Each Module's and buffer owner's attributes: numbers by value, the rest by identity
         (lists and dicts item by item). With ``optimizers``, each optimizer's options and
