@@ -159,8 +159,10 @@ class World:
             for name, value in vars(holder).items():
                 if name not in skip:
                     values.append(value)
-                    if isinstance(value, (list, dict)):
-                        values.extend(value.values() if isinstance(value, dict) else value)
+                    if isinstance(value, dict):
+                        values.extend(item for pair in value.items() for item in pair)
+                    elif isinstance(value, list):
+                        values.extend(value)
         return values
 
     def snapshot(self, optimizers=False):
