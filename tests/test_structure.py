@@ -41,7 +41,9 @@ LAYERS = [
     ["optim"],
     # capture and replay of a step: the recording, what the step reads, the replay
     ["replay.record", "replay.world"],
-    ["replay.schedule"],
+    ["replay.program"],                 # a recording's instructions as the replay calls them
+    ["replay.schedule"],                # one signature's recording: record, replay
+    ["replay.captured"],                # capture(): which recording a call replays
     ["replay"],
     # data parallelism over MPI (mpi4py imported on first use)
     ["distributed.connection", "distributed.packing"],   # the communicator; what is moved
@@ -259,7 +261,7 @@ OTHER_WALKS = {
     "replay/schedule.py:_outputs": "maps what a captured step returned to the arrays a replay "
                                    "hands out, keeping its structure (tuple, list, dict)",
     "replay/schedule.py:_handed_out": "rebuilds that structure with copies of the arrays",
-    "replay/schedule.py:_values": "lists the arrays of a step's result, for check=True",
+    "replay/captured.py:_values": "lists the arrays of a step's result, for check=True",
     "replay/world.py:World._visit": "follows the names a step's Python code reads (globals, "
                                     "closures, attributes) to the models and optimizers behind "
                                     "them; the models themselves are walked by walk()",

@@ -9,6 +9,6 @@ run the recorded operations into the same arrays, with the optimizer's ``step()`
 (it reads its learning rate and counts live). The replay gives the same bits as eager; where it
 cannot, the step records again or runs eagerly, never stale. docs/capture.md has the rules.
 """
-from .schedule import capture
+from .captured import capture
 
 __all__ = ["capture"]

@@ -1,174 +1,22 @@
-"""``capture`` and the schedules it keeps: record on a signature's first call, check and replay
-on the next ones (the package's docstring tells the whole story)."""
+"""``Schedule``: one signature's recording. ``record`` runs the step once with Traced arrays
+handed in and takes the plain ones back out; ``replay`` copies the inputs in, runs the program
+and hands out what eager would leave; ``save``/``restore`` serve the check against eager."""
 import copy
-import functools
 import gc
 import operator
 import threading
-import warnings
 
 import numpy
 
 from .. import backend, core
 from ..core import NetVar, constant
-from ..dtypes import get_dtype
-from ..modes import state as modes, threads_without_grad
 from ..optim.base import Optimizer
 from . import record as recording
-from .record import GuardFailed, Recording, Traced, Unrecordable, patched, plain
+from .program import program, written
+from .record import GuardFailed, Recording, Traced, Unrecordable, _root, patched, plain
 from .world import World, changed, failed_guard
 
-__all__ = ["capture", "Captured"]
 _ndarray = numpy.ndarray
-
-
-def capture(fn=None, *, check=False, max_signatures=16):
-    """Capture the step ``fn``: ``nn.capture(fn)`` or ``@nn.capture`` (docs/capture.md).
-
-    ``check=True`` runs every call twice, eagerly and replayed, from the same state, and raises
-    at the first difference (for finding what a step does that capture cannot see).
-    ``max_signatures``: how many signatures are kept recorded; a new one beyond it warns and
-    forgets the oldest.
-    """
-    if fn is None:
-        return lambda f: Captured(f, check, max_signatures)
-    return Captured(fn, check, max_signatures)
-
-
-class Captured:
-    """A captured step: call it as the step itself."""
-
-    def __init__(self, fn, check=False, max_signatures=16):
-        if not callable(fn):
-            raise TypeError(f"capture: fn must be callable, got {type(fn).__name__}")
-        if not (isinstance(max_signatures, int) and max_signatures >= 1):
-            raise ValueError(f"capture: max_signatures must be an int >= 1, got {max_signatures!r}")
-        self.fn, self.check, self.max_signatures = fn, bool(check), max_signatures
-        self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
-        self.keyed = {}             # signature -> the inputs whose values the step reads
-        self.warned_inputs = False
-        self.records = self.replays = 0
-        self.__wrapped__ = fn
-
-    def __repr__(self):
-        return (f"capture({getattr(self.fn, '__qualname__', self.fn)!r}: {len(self.schedules)} "
-                f"signatures, {self.records} recorded, {self.replays} replayed)")
-
-    def __call__(self, *inputs):
-        if core.observers or recording.active is not None:
-            return self.fn(*inputs)         # an observer sees every op: eager (docs/capture.md)
-        key = signature(inputs)
-        if key is None:             # an input capture cannot compare: eager (warned once)
-            if not self.warned_inputs:
-                self.warned_inputs = True
-                warnings.warn(f"capture: {_name(self.fn)} runs eagerly: its inputs must be "
-                              "arrays, nodes, numbers or strings (a list or dict could change "
-                              "behind a replay's back)", stacklevel=2)
-            return self.fn(*inputs)
-        keyed = self.keyed.get(key, ())
-        if keyed:
-            key = key + (_contents(inputs, keyed),)
-        schedule = self.schedules.get(key)
-        if isinstance(schedule, str):       # this signature runs eagerly (warned once)
-            return self.fn(*inputs)
-        if schedule is not None:
-            why = schedule.stale()
-            if why is None:
-                try:
-                    if self.check or not schedule.verified:
-                        return self._checked(schedule, inputs, key)
-                    result = schedule.replay(inputs)
-                    self.replays += 1
-                    schedule.records_in_a_row = 0
-                    return result
-                except GuardFailed as failure:
-                    why = str(failure)
-            schedule.records_in_a_row += 1
-            if schedule.records_in_a_row == 4:
-                warnings.warn(f"capture: {_name(self.fn)} recorded again {schedule.records_in_a_row} "
-                              f"calls in a row ({why}): replays gain nothing", stacklevel=2)
-        elif len(self.schedules) >= self.max_signatures:
-            warnings.warn(f"capture: {_name(self.fn)} met more than {self.max_signatures} "
-                          "signatures (input shapes, dtypes, modes); the oldest is forgotten: "
-                          "pad to fewer shapes (docs/capture.md, 'Buckets')", stacklevel=2)
-            del self.schedules[next(iter(self.schedules))]
-        self.records += 1
-        try:
-            new, result = Schedule.record(self.fn, inputs)
-        except OnDevice as refusal:
-            warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
-                          f"{refusal}", stacklevel=2)
-            self.schedules[key] = str(refusal)
-            return self.fn(*inputs)
-        except Unrecordable as refusal:
-            warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
-                          f"{refusal}", stacklevel=2)
-            self.schedules[key] = str(refusal)
-            return refusal.result
-        if schedule is not None:
-            new.records_in_a_row = schedule.records_in_a_row
-        if not set(new.keyed) <= set(keyed):    # the recording read these inputs' values
-            plain_key = signature(inputs)
-            keyed = self.keyed[plain_key] = tuple(sorted(set(keyed) | set(new.keyed)))
-            for old in [k for k in self.schedules if k[:len(plain_key)] == plain_key]:
-                del self.schedules[old]
-            key = plain_key + (_contents(inputs, keyed),)
-        self.schedules[key] = new
-        return result
-
-    def _checked(self, schedule, inputs, key):
-        """Eager from a saved state, then the replay from the same state: the same bits. The
-        first replay of every recording is checked so (it catches what no guard sees: a step
-        drawing from a generator of its own, NumPy arithmetic on its inputs); a difference
-        then leaves eager's state and result, and the signature runs eagerly, with a warning.
-        With ``check=True`` every call is checked and a difference raises."""
-        saved = schedule.save()
-        eager = self.fn(*inputs)
-        eager_state = schedule.save()
-        schedule.restore(saved)
-        replayed = schedule.replay(inputs)
-        difference = _difference(_values(eager), _values(replayed), "the result")
-        replayed_state = schedule.save()
-        for part, value in eager_state.items():
-            if part == "holders":       # what restore() puts back, compared as ("grad", ...)
-                continue
-            difference = difference or _difference(
-                [value], [replayed_state[part]], f"the state after the step: {schedule.describe(part)}")
-        if difference and self.check:
-            raise AssertionError(f"capture(check=True): {_name(self.fn)}: the replay differs "
-                                 f"from eager in {difference}")
-        if difference:
-            schedule.restore(eager_state)
-            self.schedules[key] = why = (
-                f"its first replay differed from eager in {difference}: the step reads "
-                "something capture cannot see (docs/capture.md, 'What a replay checks')")
-            warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: {why}",
-                          stacklevel=3)
-            return eager
-        schedule.verified = True
-        self.replays += 1
-        return replayed
-
-
-def _contents(inputs, keyed):
-    """The values of the inputs a recording read into Python (an RNN's lengths), as bytes."""
-    return tuple((value._data if isinstance(value, NetVar) else value).tobytes()
-                 for position, value in enumerate(inputs) if position in keyed)
-
-
-def signature(inputs):
-    parts = [modes.grad, modes.train, threads_without_grad[0] > 0, get_dtype()]
-    for value in inputs:
-        if isinstance(value, NetVar):
-            parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad,
-                          value._g is None))      # a gradient at entry is added to
-        elif backend.is_array(value):        # (a GPU array: recording refuses it, by name)
-            parts.append(("array", type(value), value.shape, value.dtype))
-        elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
-            parts.append(("value", type(value), value))
-        else:
-            return None
-    return tuple(parts)
 
 
 class Schedule:
@@ -232,7 +80,7 @@ class Schedule:
             refusal = Unrecordable("; ".join(rec.refusals))
             refusal.result = eager_result
             raise refusal
-        schedule.program = _program(rec)
+        schedule.program = program(rec)
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
@@ -350,7 +198,7 @@ class Schedule:
                 setattr(holder, attribute, plain(value).copy())
             else:
                 setattr(holder, attribute, original)
-                if _written(rec, entry):
+                if written(rec, entry):
                     numpy.copyto(original, entry)
                     self.outs.append((holder, attribute, entry, "write"))
         for leaf, buffer in self.grads_out:
@@ -483,69 +331,6 @@ def _live_step(step, optimizer, grads):
     step(optimizer)
 
 
-def _program(rec):
-    """The instructions a replay runs: those that read something that varies, and the ones
-    that rebuild an array that something else writes into (a zeros an add.at fills)."""
-    writers = {}
-    for function, args, kwargs, writes, sources in rec.program:
-        for array in writes:
-            writers[id(recording._root(array))] = writers.get(id(recording._root(array)), 0) + 1
-    keyed = frozenset(("input", k) for k in rec.keyed)     # their values are the signature's
-    kept = []
-    for function, args, kwargs, writes, sources in rec.program:
-        if function is recording._check and sources <= keyed:
-            continue            # a check of the keyed inputs alone: the key already holds it
-        if sources or any(writers[id(recording._root(array))] > 1 for array in writes):
-            if function is recording._into and _fixed_gather(rec, args, keyed):
-                (target,), _, (table, rows), _ = args    # a[rows], rows fixed: take's fast path
-                function, args, kwargs = numpy.take, (table, rows), {
-                    "axis": 0, "out": target, "mode": "clip"}     # (in range when recorded)
-            kept.append(_call(function, args, kwargs))
-    return kept
-
-
-def _fixed_gather(rec, args, keyed):
-    """Whether an ``_into`` instruction is ``a[rows]`` with ``rows`` integer rows that no replay
-    changes (computed from constants and keyed inputs, an RNN's packing order): then
-    ``numpy.take(..., mode="clip", out=)`` writes the same rows without the copy NumPy's
-    buffered ``mode="raise"`` makes."""
-    targets, function, call_args, call_kwargs = args
-    if function not in (operator.getitem, _ndarray.__getitem__) or call_kwargs \
-            or len(targets) != 1 or len(call_args) != 2:
-        return False
-    table, rows = call_args
-    return (type(rows) is _ndarray and rows.dtype.kind in "iu" and type(table) is _ndarray
-            and rec.sources_of(rows) <= keyed and targets[0].shape == rows.shape + table.shape[1:]
-            and table.shape[0] > 0)
-
-
-_NO_POSITIONAL_OUT = (numpy.maximum, numpy.minimum)     # NumPy 2 deprecates it for these two
-
-
-def _call(function, args, kwargs):
-    """``(f, args)`` that calls ``function(*args, **kwargs)`` as ``f(*args)``: a ufunc's out=
-    goes last among its arguments (the fastest call), other keywords into a partial."""
-    out = kwargs.get("out")
-    if type(out) is tuple and len(out) == 1:
-        out = out[0]
-    if isinstance(function, numpy.ufunc) and list(kwargs) == ["out"] and \
-            function not in _NO_POSITIONAL_OUT and \
-            len(args) == function.nin and type(out) is _ndarray:
-        return function, args + (out,)
-    if kwargs:
-        return functools.partial(function, **kwargs), args
-    return function, args
-
-
-def _written(rec, entry):
-    return any(recording._root(array) is entry
-               for _, _, _, writes, _ in rec.program for array in writes)
-
-
-def _root(array):
-    return recording._root(array)
-
-
 def _entry_grads(leaves, before=None):
     """Whether each leaf had a gradient at entry (a replay adds into it as eager did, or starts
     it): from ``before`` (id -> the same, taken before the recording). Whether it was shared
@@ -592,35 +377,7 @@ def _handed_out(spec):
     return kind(_handed_out(item) for item in value)
 
 
-def _values(result):
-    if isinstance(result, NetVar):
-        return [result._data]
-    if isinstance(result, (tuple, list)):
-        return [v for item in result for v in _values(item)]
-    if isinstance(result, dict):
-        return [v for item in result.values() for v in _values(item)]
-    return [result]
-
-
-def _difference(a, b, what):
-    """``what`` when ``a`` and ``b`` (lists of results or states) differ in any bit, else None."""
-    return None if _same(list(a), list(b)) else what
-
-
-def _same(a, b):
-    if isinstance(a, (_ndarray, numpy.generic)) or isinstance(b, (_ndarray, numpy.generic)):
-        return numpy.shape(a) == numpy.shape(b) and numpy.asarray(a).dtype == numpy.asarray(
-            b).dtype and numpy.array_equal(a, b, equal_nan=numpy.asarray(a).dtype.kind in "fc")
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(map(_same, a, b))
-    return type(a) is type(b) and (a == b or (a != a and b != b))
-
-
 def _copied(value):
     return copy.deepcopy(value)
 
 
-def _name(fn):
-    return getattr(fn, "__qualname__", None) or type(fn).__name__

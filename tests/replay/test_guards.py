@@ -545,3 +545,24 @@ def test_an_embedding_replays_whichever_tokens_a_batch_holds():
     assert all(np.array_equal(a, b) for a, b in zip(eager, replayed))
     assert np.array_equal(eager_model.embedding.table.data, model.embedding.table.data)
     assert (step.records, step.replays) == (1, 9), step
+
+
+def test_capture_checks_its_arguments_and_bounds_its_signatures():
+    with pytest.raises(TypeError, match="fn must be callable, got int"):
+        nn.capture(5)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="max_signatures must be an int >= 1"):
+            nn.capture(lambda x: x, max_signatures=bad)
+    model, optimizer, _, _ = build()
+
+    def predict(x):
+        return model.l1(x)
+    captured = nn.capture(predict, max_signatures=2)
+    rows = [np.ones((n, 8)) for n in (1, 2, 3)]
+    captured(rows[0])
+    captured(rows[1])
+    with pytest.warns(UserWarning, match="more than 2 signatures"):
+        captured(rows[2])
+    assert len(captured.schedules) == 2
+    assert np.array_equal(captured(rows[0]).data, predict(rows[0]).data)    # forgotten: records
+    assert captured.records == 4
