@@ -179,8 +179,8 @@ def _difference(a, b, what):
 
 def _same(a, b):
     if isinstance(a, (_ndarray, numpy.generic)) or isinstance(b, (_ndarray, numpy.generic)):
-        return numpy.shape(a) == numpy.shape(b) and numpy.asarray(a).dtype == numpy.asarray(
-            b).dtype and numpy.array_equal(a, b, equal_nan=numpy.asarray(a).dtype.kind in "fc")
+        a, b = numpy.asarray(a), numpy.asarray(b)       # bit for bit: -0.0 is not 0.0
+        return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):

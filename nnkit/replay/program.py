@@ -1,18 +1,25 @@
 """From a recording to what a replay runs: the instructions that read something that varies,
-each as ``(f, args)`` called ``f(*args)``, the fastest call NumPy offers for it."""
+each as ``(f, args)`` called ``f(*args)``, the fastest call NumPy offers for it, and their
+buffers sharing memory where one's life ends before another's begins."""
 import functools
+import heapq
 import operator
+import types
 
 import numpy
 
-from .record import _check, _into, _root
+from .record import _arrays, _draw, _into, _restore, _root
 
 _ndarray = numpy.ndarray
 
 
-def program(rec):
-    """The instructions a replay runs: those that read something that varies, and the ones
-    that rebuild an array that something else writes into (a zeros an add.at fills)."""
+def program(rec, pinned=(), trusted=()):
+    """The instructions a replay runs: those that read something that varies (beyond the
+    inputs whose values are the signature's), and the ones that rebuild an array that something
+    else writes into (a zeros an add.at fills). ``pinned``: arrays read or written outside the
+    program (inputs, gradients handed out, outputs), whose memory stays their own;
+    ``trusted``: functions whose arguments may hold objects (an optimizer) that hide no
+    buffer."""
     writers = {}
     for function, args, kwargs, writes, sources in rec.program:
         for array in writes:
@@ -20,15 +27,16 @@ def program(rec):
     keyed = frozenset(("input", k) for k in rec.keyed)     # their values are the signature's
     kept = []
     for function, args, kwargs, writes, sources in rec.program:
-        if function is _check and sources <= keyed:
-            continue            # a check of the keyed inputs alone: the key already holds it
-        if sources or any(writers[id(_root(array))] > 1 for array in writes):
+        # what reads the keyed inputs alone (an RNN's packing order, a check of its lengths)
+        # gives what it gave when recorded: the signature holds those inputs' values
+        if sources - keyed or any(writers[id(_root(array))] > 1 for array in writes):
             if function is _into and _fixed_gather(rec, args, keyed):
                 (target,), _, (table, rows), _ = args    # a[rows], rows fixed: take's fast path
                 function, args, kwargs = numpy.take, (table, rows), {
                     "axis": 0, "out": target, "mode": "clip"}     # (in range when recorded)
-            kept.append(_call(function, args, kwargs))
-    return kept
+            kept.append((function, args, kwargs, writes))
+    return [_call(function, args, kwargs) for function, args, kwargs in
+            _shared(kept, pinned, trusted)]
 
 
 def _fixed_gather(rec, args, keyed):
@@ -62,6 +70,147 @@ def _call(function, args, kwargs):
     if kwargs:
         return functools.partial(function, **kwargs), args
     return function, args
+
+
+# ------------------------------------------------------------------------ memory shared
+
+_WHOLE = (_into, _restore, _draw)        # write every element of what they write
+_PLAIN = (int, float, complex, bool, str, bytes, slice, type(None), type(Ellipsis), type,
+          numpy.dtype, numpy.generic, numpy.ufunc, type(numpy.concatenate), types.FunctionType,
+          types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+          types.ModuleType)
+
+
+def _shared(instructions, pinned, trusted):
+    """``instructions`` with the buffers whose lives do not overlap in the same memory, as
+    hand-written NumPy reuses its temporaries (a replay's working set then stays in cache).
+
+    A buffer's life runs from the instruction that first touches it to the last; it may move
+    into another's memory only when that first touch writes all of it without reading it (out=,
+    a copy, a fill), so nothing it held before is ever read. Buffers the schedule touches
+    outside the program (``pinned``), and any buffer at all when an argument is an object that
+    could hide one, keep their memory. Returns ``(function, args, kwargs)`` triples."""
+    pinned = {id(_root(array)) for array in _arrays(pinned)}
+    first, last, roots, fresh, views = {}, {}, {}, set(), {}
+    for i, (function, args, kwargs, writes) in enumerate(instructions):
+        if function not in trusted and not _transparent((function, args, kwargs)):
+            return [instruction[:3] for instruction in instructions]
+        reads = {id(_root(array)) for array in _reads(function, args, kwargs)}
+        whole = function in _WHOLE or ("out" in kwargs and kwargs.get("where", True) is True)
+        for array in _arrays((args, kwargs)):
+            root = _root(array)
+            key = id(root)
+            views.setdefault(key, {})[id(array)] = array
+            if function in trusted:
+                pinned.add(key)
+            last[key] = i
+            if key not in first:
+                first[key], roots[key] = i, root
+                if whole and key not in reads and any(
+                        w is array and w.nbytes == root.nbytes and _contiguous(w)
+                        for w in writes):
+                    fresh.add(key)
+    movable = [key for key in fresh if key not in pinned and roots[key].flags.c_contiguous
+               and roots[key].nbytes > 0]
+    homes = _homes(sorted(movable, key=first.get), first, last, roots)
+    moved = {}
+    for key, memory in homes.items():
+        start = _address(roots[key])
+        for array in views[key].values():
+            moved[id(array)] = numpy.ndarray(array.shape, array.dtype, memory,
+                                             _address(array) - start, array.strides)
+    return [(function, _moved(args, moved), _moved(kwargs, moved))
+            for function, args, kwargs, _ in instructions]
+
+
+def _homes(order, first, last, roots):
+    """The memory each buffer of ``order`` (sorted by first touch) moves into: a buffer whose
+    life has ended, the smallest that holds it (a buffer finding none keeps its own)."""
+    living, free, homes = [], [], {}
+    for key in order:
+        while living and living[0][0] < first[key]:
+            free.append(heapq.heappop(living)[2])
+        size = roots[key].nbytes
+        fits = [k for k, memory in enumerate(free) if memory.nbytes >= size]
+        if fits:
+            memory = homes[key] = free.pop(min(fits, key=lambda k: free[k].nbytes))
+        else:
+            memory = roots[key].reshape(-1).view(numpy.uint8)
+        heapq.heappush(living, (last[key], key, memory))
+    return homes
+
+
+def _reads(function, args, kwargs):
+    """The arrays an instruction reads (those it only writes left out)."""
+    if function is _into:
+        return _arrays(args[2:])
+    if function is _restore:
+        return _arrays(args[1])
+    if function is _draw:
+        return _arrays(args[3:5])
+    if "out" in kwargs:
+        return _arrays((args, {k: v for k, v in kwargs.items() if k != "out"}))
+    return _arrays((args, kwargs))      # a write into an argument (a[i] = v) reads it too
+
+
+def _transparent(value):
+    """Whether every array ``value`` reaches is in plain sight (tuples, lists, dicts)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return all(map(_transparent, value))
+    if kind is dict:
+        return all(map(_transparent, value.values()))
+    return kind is _ndarray or isinstance(value, _PLAIN) or (
+        kind is types.BuiltinMethodType and isinstance(value.__self__, numpy.ufunc))
+
+
+def _moved(value, moved):
+    kind = type(value)
+    if kind is _ndarray:
+        return moved.get(id(value), value)
+    if kind is tuple or kind is list:
+        return kind(_moved(item, moved) for item in value)
+    if kind is dict:
+        return {key: _moved(item, moved) for key, item in value.items()}
+    return value
+
+
+def _contiguous(array):
+    return array.flags.c_contiguous or array.flags.f_contiguous
+
+
+def _address(array):
+    return array.__array_interface__["data"][0]
+
+
+def readers(instructions, buffers):
+    """Where a program's ``instructions`` read the input ``buffers`` (None for an input that
+    has none) or views of them: ``[(index, function, args, views)]``, ``views`` the arrays of
+    those ``args`` that are an input's, as ``(k, view, offset)``. Inputs read through a keyword
+    bound into a partial are left out (a copy of them is handed in)."""
+    roots = {id(buffer): k for k, buffer in enumerate(buffers) if buffer is not None}
+    for function, _ in instructions:
+        if isinstance(function, functools.partial):
+            for array in _arrays(function.keywords):
+                roots.pop(id(_root(array)), None)
+    found = []
+    for index, (function, args) in enumerate(instructions):
+        views = [(roots[id(_root(view))], view, _address(view) - _address(_root(view)))
+                 for view in _arrays(args) if id(_root(view)) in roots]
+        if views:
+            found.append((index, function, args, views))
+    return found
+
+
+def read_from(instructions, found, arrays, changed):
+    """Point the instructions ``found`` (``readers``) that read the inputs ``changed`` at the
+    same views of ``arrays`` (by input: its buffer, or an array of its shape, dtype and
+    layout)."""
+    for index, function, args, views in found:
+        if any(k in changed for k, _, _ in views):
+            moved = {id(view): numpy.ndarray(view.shape, view.dtype, arrays[k], offset,
+                                             view.strides) for k, view, offset in views}
+            instructions[index] = function, _moved(args, moved)
 
 
 def written(rec, array):

@@ -265,7 +265,8 @@ class Recording:
     def create(self, array):
         """An array made without a traced argument (zeros, arange): a buffer whose creation
         the replay repeats only when something writes into it (see Schedule)."""
-        zeros = array.dtype.kind in "biufc" and not array.any()
+        zeros = array.dtype.kind in "biufc" and not _ndarray.view(
+            numpy.ascontiguousarray(array), numpy.uint8).any()     # bits: -0.0 is not zeros
         self.add(_restore, (array, None if zeros else array.copy()), {}, (array,), frozenset())
         return self.traced_view(array)
 

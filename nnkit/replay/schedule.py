@@ -12,7 +12,7 @@ from .. import backend, core
 from ..core import NetVar, constant
 from ..optim.base import Optimizer
 from . import record as recording
-from .program import program, written
+from .program import program, read_from, readers, written
 from .record import GuardFailed, Recording, Traced, Unrecordable, _root, patched, plain
 from .world import World, changed, failed_guard
 
@@ -80,7 +80,18 @@ class Schedule:
             refusal = Unrecordable("; ".join(rec.refusals))
             refusal.result = eager_result
             raise refusal
-        schedule.program = program(rec)
+        schedule.program = program(rec, pinned=(
+            schedule.inputs, schedule.entries, schedule.grads_out, schedule.input_grads,
+            schedule.outs, schedule.outputs, [leaf._data for leaf in schedule.leaves]),
+            trusted=(_live_step,))
+        elsewhere = {id(_root(array)) for array in recording._arrays((
+            schedule.entries, schedule.grads_out, schedule.input_grads, schedule.outs,
+            schedule.outputs))}
+        schedule.readers = readers(schedule.program, [
+            None if buffer is None or id(buffer) in elsewhere else buffer
+            for buffer in schedule.inputs])
+        schedule.direct = {k for _, _, _, views in schedule.readers for k, _, _ in views}
+        schedule.reading = list(schedule.inputs)
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
@@ -231,9 +242,7 @@ class Schedule:
         return None
 
     def replay(self, inputs):
-        for buffer, value in zip(self.inputs, inputs):
-            if buffer is not None:
-                numpy.copyto(buffer, value._data if isinstance(value, NetVar) else value)
+        self._hand_over(inputs)
         for holder, attribute, entry in self.entries:
             numpy.copyto(entry, getattr(holder, attribute))
         saved = backend.get_rng_state() if self.draws else None
@@ -256,6 +265,27 @@ class Schedule:
         for owner, name, delta in self.counters:
             setattr(owner, name, getattr(owner, name) + delta)
         return _handed_out(self.outputs)
+
+    def _hand_over(self, inputs):
+        """The inputs to the program: the instructions read an input array itself where it is
+        laid out as its buffer (C order; its shape and dtype are the signature's), as eager
+        reads it; else a copy of it in the buffer."""
+        changed = set()
+        for k, value in enumerate(inputs):
+            buffer = self.inputs[k]
+            if buffer is None:
+                continue
+            array = value._data if isinstance(value, NetVar) else value
+            if k in self.direct and type(array) is _ndarray and array.flags.c_contiguous:
+                reading = array
+            else:
+                reading = buffer
+                numpy.copyto(buffer, array)
+            if reading is not self.reading[k]:
+                self.reading[k] = reading
+                changed.add(k)
+        if changed:
+            read_from(self.program, self.readers, self.reading, changed)
 
     # -- check=True
     def save(self):

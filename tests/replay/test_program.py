@@ -1,0 +1,222 @@
+"""What a replay runs: the instructions, the memory their buffers share, and how the inputs reach
+them. Each test compares a captured step with the same step run eagerly, bit for bit, on calls
+after the recording (and checks that they replayed)."""
+import warnings
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+
+def replayed(step, calls):
+    """``step`` captured over ``calls`` (argument tuples): what each call returned (as arrays)
+    and the capture; the first call records and the rest must replay."""
+    captured = nn.capture(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no eager fallback: every call replays
+        results = [np.array(captured(*args).data) for args in calls]
+    assert captured.replays == len(calls) - 1, captured
+    return results, captured
+
+
+def eager(step, calls):
+    return [np.array(step(*args).data) for args in calls]
+
+
+def test_an_array_made_full_of_negative_zeros_is_remade_with_their_sign():
+    """A created array that something writes into is rebuilt at each replay: negative zeros
+    are not zeros to rebuild with a fill(0) (+0.0 + -0.0 is +0.0, -0.0 + -0.0 is -0.0)."""
+    def step(x):
+        z = np.full(x.shape, -0.0)
+        z += x._data
+        return nn.NetVar(z, requires_grad=False) * 1.0 + x
+
+    calls = [(nn.NetVar(np.ones(4)),)] + [(nn.NetVar(np.full(4, -0.0)),)] * 3
+    results, _ = replayed(step, calls)
+    assert all(np.signbit(r).all() for r in results[1:])
+    for a, b in zip(eager(step, calls), results):
+        assert a.tobytes() == b.tobytes()
+
+
+def mlp():
+    nn.seed(0)
+    model = nn.layers.Sequential(nn.layers.Linear(6, 32), nn.Tanh, nn.layers.Linear(32, 32),
+                                 nn.Tanh, nn.layers.Linear(32, 3))
+    optimizer = nn.Adam(model.vars, lr=0.01)
+
+    def step(x, y):
+        loss = nn.SoftmaxCELoss(model(x), y)
+        loss.back()
+        optimizer.step()
+        return loss
+    return model, step
+
+
+def batches(n, rows=16, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((rows, 6)), rng.integers(0, 3, rows)) for _ in range(n)]
+
+
+def distinct_memory(captured):
+    """Bytes of the distinct memory the arrays of a capture's instructions live in."""
+    (schedule,) = captured.schedules.values()
+    roots = {}
+    for _, args in schedule.program:
+        for array in _arrays(args):
+            while isinstance(array.base, np.ndarray):
+                array = array.base
+            roots[id(array)] = array.nbytes
+    return sum(roots.values())
+
+
+def _arrays(value):
+    if isinstance(value, np.ndarray):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _arrays(item)
+
+
+def test_buffers_whose_lives_do_not_overlap_share_memory_and_train_as_eager():
+    """The forward's temporaries die before the backward's are made: the replay's buffers
+    take less memory than one array each, and training still gives eager's bits."""
+    calls = batches(30)
+    _, step = mlp()
+    want = eager(step, calls)
+    model, step = mlp()
+    got, captured = replayed(step, calls)
+    assert [a.tobytes() for a in want] == [b.tobytes() for b in got]
+    (schedule,) = captured.schedules.values()
+    each = sum(buffer.nbytes for buffer in _written_buffers(schedule))
+    assert distinct_memory(captured) < 0.8 * (each + sum(p.data.nbytes for p in model.vars))
+
+
+def _written_buffers(schedule):
+    """The arrays the instructions write into (an out= argument), one per memory."""
+    seen = {}
+    for function, args in schedule.program:
+        if isinstance(function, np.ufunc) and len(args) == function.nin + 1:
+            seen[id(args[-1])] = args[-1]
+    return seen.values()
+
+
+def test_the_replay_reads_the_callers_input_itself_as_eager_does():
+    """A C-ordered input is read where it lies (no copy): changing it between calls in place
+    changes what the next call computes, as it does eagerly."""
+    x = np.arange(12.0).reshape(4, 3)
+
+    def step(x):
+        return nn.Sum(nn.Tanh(nn.NetVar(x, requires_grad=False)) * 2.0, axis=1)
+
+    results, captured = replayed(step, [(x,), (x,)])
+    x *= -0.5                                   # in place: the same object next call
+    again = np.array(captured(x).data)
+    assert again.tobytes() == np.array(step(x).data).tobytes()
+    assert not np.array_equal(again, results[-1])
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "mixed", "same twice"])
+def test_inputs_laid_out_otherwise_are_copied_in_and_give_eagers_values(layout):
+    """Inputs that are views in another order, or with gaps, are read through a copy; an input
+    given once in C order and then otherwise (and back) is read right each time."""
+    rng = np.random.default_rng(3)
+
+    def step(a, b):
+        return nn.NetVar(a, requires_grad=False) @ nn.NetVar(b, requires_grad=False) + a
+
+    def pair(k):
+        a = rng.standard_normal((3, 3))
+        if layout == "transposed" or (layout == "mixed" and k % 2):
+            a = np.ascontiguousarray(a).T
+        elif layout == "strided":
+            a = rng.standard_normal((3, 6))[:, ::2]
+        return (a, a) if layout == "same twice" else (a, rng.standard_normal((3, 3)))
+
+    calls = [pair(k) for k in range(6)]
+    results, _ = replayed(step, calls)
+    assert [r.tobytes() for r in results] == [e.tobytes() for e in eager(step, calls)]
+
+
+def test_a_step_returning_its_input_hands_out_this_calls_value():
+    """An input the step also returns is copied in (the output is handed out from its buffer),
+    though the instructions could read it where it lies."""
+    def step(x, w):
+        return x, nn.NetVar(w, requires_grad=False) * 2.0 + nn.NetVar(x, requires_grad=False)
+
+    captured = nn.capture(step)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x, w = rng.standard_normal(3), rng.standard_normal(3)
+        got = captured(x, w)
+        assert np.array_equal(got[0], x) and got[0] is not x
+        assert np.array_equal(got[1].data.reshape(-1), w * 2.0 + x)
+    assert captured.replays >= 2
+
+
+def run(instructions):
+    for function, args, kwargs in instructions:
+        function(*args, **kwargs)
+
+
+@pytest.mark.parametrize("first_touch", ["in place", "in part"])
+def test_a_buffer_whose_first_touch_reads_what_it_held_keeps_its_memory(first_touch):
+    """The planner moves a buffer into a dead one's memory only when its first instruction
+    writes all of it without reading it; a buffer first updated in place, or written in part,
+    holds values from before (its recording, another call) and keeps its own memory."""
+    from nnkit.replay.program import _shared
+
+    a, b = np.arange(4.0), np.full(4, 2.0)
+    dead, kept, out = np.empty(4), np.arange(10.0, 14.0), np.empty(4)
+    part = kept[:2]
+    first = ((np.add, (kept, b), {"out": kept}, (kept,)) if first_touch == "in place" else
+             (np.add, (a[:2], b[:2]), {"out": part}, (part,)))
+    instructions = [(np.multiply, (a, b), {"out": dead}, (dead,)),
+                    (np.add, (dead, b), {"out": out}, (out,)),
+                    first,
+                    (np.multiply, (kept, out), {"out": out}, (out,))]
+    want = kept.copy()
+    run([i[:3] for i in instructions])
+    want, kept[:] = (kept.copy(), want)
+    planned = _shared(instructions, pinned=[out, a, b], trusted=())
+    run(planned)
+    assert np.array_equal(kept, want)
+
+
+def test_the_planner_moves_a_buffer_written_whole_into_a_dead_ones_memory():
+    """Its positive case: the same program with the third instruction writing all of a fresh
+    buffer moves that buffer into the first one's memory, with the same results."""
+    from nnkit.replay.program import _shared
+
+    a, b = np.arange(4.0), np.full(4, 2.0)
+    dead, fresh, out = np.empty(4), np.empty(4), np.empty(4)
+    instructions = [(np.multiply, (a, b), {"out": dead}, (dead,)),
+                    (np.add, (dead, b), {"out": out}, (out,)),
+                    (np.subtract, (a, b), {"out": fresh}, (fresh,)),
+                    (np.multiply, (fresh, out), {"out": out}, (out,))]
+    run([i[:3] for i in instructions])
+    want = out.copy()
+    planned = _shared(instructions, pinned=[out, a, b], trusted=())
+    assert np.shares_memory(planned[2][2]["out"], dead)
+    out[:] = 0
+    run(planned)
+    assert np.array_equal(out, want)
+
+
+def test_a_program_with_an_array_out_of_sight_shares_no_memory():
+    """An argument the planner cannot see into (here a partial holding a buffer) could read a
+    buffer after its last visible use: then no buffer moves."""
+    import functools
+
+    from nnkit.replay.program import _shared
+
+    a, b = np.arange(4.0), np.full(4, 2.0)
+    dead, fresh, out = np.empty(4), np.empty(4), np.empty(4)
+    instructions = [(np.multiply, (a, b), {"out": dead}, (dead,)),
+                    (np.subtract, (a, b), {"out": fresh}, (fresh,)),
+                    (functools.partial(np.add, dead), (fresh,), {"out": out}, (out,))]
+    run([i[:3] for i in instructions])
+    want = out.copy()
+    out[:] = 0
+    run(_shared(instructions, pinned=[out, a, b], trusted=()))
+    assert np.array_equal(out, want)
