@@ -34,6 +34,11 @@ def program(rec, pinned=(), trusted=()):
                 (target,), _, (table, rows), _ = args    # a[rows], rows fixed: take's fast path
                 function, args, kwargs = numpy.take, (table, rows), {
                     "axis": 0, "out": target, "mode": "clip"}     # (in range when recorded)
+            elif function is _into and _a_copy(args):
+                (target,), how, (source, *_), _ = args     # reshape or astype: one copy
+                if how is not _ndarray.astype:
+                    target = target.reshape(source.shape)
+                function, args, writes = _copy, (target, source), (target,)
             kept.append((function, args, kwargs, writes))
     return [_call(function, args, kwargs) for function, args, kwargs in
             _shared(kept, pinned, trusted)]
@@ -52,6 +57,25 @@ def _fixed_gather(rec, args, keyed):
     return (type(rows) is _ndarray and rows.dtype.kind in "iu" and type(table) is _ndarray
             and rec.sources_of(rows) <= keyed and targets[0].shape == rows.shape + table.shape[1:]
             and table.shape[0] > 0)
+
+
+def _a_copy(args):
+    """Whether an ``_into`` instruction is a copy into its buffer: ``astype`` to the buffer's
+    shape, or a ``reshape`` in C order into a C-ordered buffer (of an array not laid out for a
+    view). Then ``_copy`` writes the buffer directly, without the array the call makes."""
+    targets, how, call_args, call_kwargs = args
+    if len(targets) != 1 or not call_args or type(call_args[0]) is not _ndarray:
+        return False
+    target, source = targets[0], call_args[0]
+    if how is _ndarray.astype:
+        return target.shape == source.shape and set(call_kwargs) <= {"copy", "order"}
+    return how in (_ndarray.reshape, numpy.reshape) and target.flags.c_contiguous and \
+        target.size == source.size and call_kwargs.get("order", "C") == "C" and \
+        set(call_kwargs) <= {"order", "shape", "newshape"}
+
+
+def _copy(target, source):
+    numpy.copyto(target, source, casting="unsafe")
 
 
 _NO_POSITIONAL_OUT = (numpy.maximum, numpy.minimum)     # NumPy 2 deprecates it for these two
@@ -74,7 +98,7 @@ def _call(function, args, kwargs):
 
 # ------------------------------------------------------------------------ memory shared
 
-_WHOLE = (_into, _restore, _draw)        # write every element of what they write
+_WHOLE = (_into, _restore, _draw, _copy)       # write every element of what they write
 _PLAIN = (int, float, complex, bool, str, bytes, slice, type(None), type(Ellipsis), type,
           numpy.dtype, numpy.generic, numpy.ufunc, type(numpy.concatenate), types.FunctionType,
           types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
@@ -144,7 +168,7 @@ def _reads(function, args, kwargs):
     """The arrays an instruction reads (those it only writes left out)."""
     if function is _into:
         return _arrays(args[2:])
-    if function is _restore:
+    if function is _restore or function is _copy:
         return _arrays(args[1])
     if function is _draw:
         return _arrays(args[3:5])

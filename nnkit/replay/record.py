@@ -226,6 +226,8 @@ class Recording:
         if not all(isinstance(item, (_ndarray, numpy.generic)) for item in results):
             self.guard(function, args, result)      # a Python value (shape tuples are fine)
             return result
+        if function in _UNDEFINED and type(result) is _ndarray:     # nothing to write again
+            return self.traced_view(result)
         made = []
         fresh = []
         for item in results:
@@ -262,9 +264,12 @@ class Recording:
             # that an argument is valid) stays a guard.
             self.keyed |= {k for _, k in sources}
 
-    def create(self, array):
+    def create(self, array, undefined=False):
         """An array made without a traced argument (zeros, arange): a buffer whose creation
-        the replay repeats only when something writes into it (see Schedule)."""
+        the replay repeats only when something writes into it (see Schedule). An empty one's
+        values are ``undefined``: no replay makes them again."""
+        if undefined:
+            return self.traced_view(array)
         zeros = array.dtype.kind in "biufc" and not _ndarray.view(
             numpy.ascontiguousarray(array), numpy.uint8).any()     # bits: -0.0 is not zeros
         self.add(_restore, (array, None if zeros else array.copy()), {}, (array,), frozenset())
@@ -374,8 +379,12 @@ def _maker(original):
     def make(*args, **kwargs):
         if not _ours():
             return original(*args, **kwargs)
-        return active.create(original(*args, **kwargs))
+        return active.create(original(*args, **kwargs), original is _EMPTY)
     return make
+
+
+_EMPTY = numpy.empty
+_UNDEFINED = (numpy.empty_like,)        # the values of what they return are undefined
 
 
 def _converter(original):

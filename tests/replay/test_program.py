@@ -220,3 +220,21 @@ def test_a_program_with_an_array_out_of_sight_shares_no_memory():
     out[:] = 0
     run(_shared(instructions, pinned=[out, a, b], trusted=()))
     assert np.array_equal(out, want)
+
+
+@pytest.mark.parametrize("order", ["C", "F", "A"])
+def test_copies_made_by_reshape_and_astype_replay_as_eager(order):
+    """A reshape that must copy (its array is not laid out for a view) and an astype are
+    written straight into their buffers (C order), else called as recorded (F, A)."""
+    def step(x):
+        flat = x[::2, ::2].reshape(-1, order=order)     # in no order: each reshape copies
+        y = np.empty_like(flat)
+        np.multiply(flat, 2.0, out=y)
+        z = np.empty(y.shape, np.float32)
+        np.copyto(z, y.astype(np.float32) + np.float32(1))
+        return nn.NetVar(z, requires_grad=False) * np.float32(0.5)
+
+    rng = np.random.default_rng(0)
+    calls = [(rng.standard_normal((4, 6)),) for _ in range(4)]
+    results, _ = replayed(lambda x: step(x), calls)
+    assert [r.tobytes() for r in results] == [e.tobytes() for e in eager(step, calls)]
