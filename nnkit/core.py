@@ -20,13 +20,13 @@ from .specialize import own_code
 _ndarray = numpy.ndarray
 _counter = itertools.count()    # creation indices: a parent's is smaller than its children's
 _edits = 0            # edit stamp: bumped whenever some NetVar's data is replaced or updated
-# Observers: objects with forward(node, parents), called for each op built, and before(node) /
-# after(node), around each _back (docs/contributing.md). detect_anomaly() attaches one; the
-# engine imports none, and with none attached pays one test per op and two per backward step.
+# Observers (docs/contributing.md; detect_anomaly() attaches one): forward(node, parents) for each
+# op built, before(node) / after(node) around each _back; none costs a test per op and per _back.
 observers = []
 recorder = None       # the class back(trace=True) records with; nnkit.trace sets it
 NO_GRAD_CAUSES = ("it was built under no_grad(), only from constants with requires_grad=False, "
-                  "or from an op whose super().__init__(value, *parents) was given no parents")
+                  "from an op whose super().__init__(value, *parents) was given no parents, or "
+                  "returned by a step nn.capture replays, which returns values: back() inside it")
 
 
 class InplaceEditError(RuntimeError):

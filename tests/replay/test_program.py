@@ -238,3 +238,21 @@ def test_copies_made_by_reshape_and_astype_replay_as_eager(order):
     calls = [(rng.standard_normal((4, 6)),) for _ in range(4)]
     results, _ = replayed(lambda x: step(x), calls)
     assert [r.tobytes() for r in results] == [e.tobytes() for e in eager(step, calls)]
+
+
+def test_back_on_what_a_captured_forward_returns_says_to_call_it_inside_the_step():
+    """A step returning a loss for the caller to differentiate (as a Trainer's step_fn does) is
+    no step to capture: what it returns are values, and back() on one says so."""
+    nn.seed(0)
+    layer = nn.layers.Linear(3, 2)
+
+    def forward(x, y):
+        return nn.SoftmaxCELoss(layer(x), y)
+
+    captured = nn.capture(forward)
+    x, y = np.ones((4, 3)), np.array([0, 1, 0, 1])
+    for _ in range(3):
+        loss = captured(x, y)
+        with pytest.raises(RuntimeError, match="nn.capture"):
+            loss.back()
+    assert not layer.W.g.any()            # (zeros: no back() reached it)
