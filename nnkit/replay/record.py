@@ -244,11 +244,12 @@ class Recording:
         return type(result)(twins) if type(result) in (tuple, list) else twins[0]
 
     def _write_fresh(self, function, args, kwargs, made, fresh):
+        # (ones_like and its kind read only their first argument's shape and dtype)
+        sources = self.sources_of((args[1:], kwargs) if function in _LIKE else (args, kwargs))
         if len(made) == 1 and _takes_out(function, args, kwargs, made[0]):
-            self.add(function, args, dict(kwargs, out=made[0]), made)
+            self.add(function, args, dict(kwargs, out=made[0]), made, sources)
         else:
-            self.add(_into, (tuple(made), function, args, kwargs), {}, fresh,
-                     self.sources_of((args, kwargs)))
+            self.add(_into, (tuple(made), function, args, kwargs), {}, fresh, sources)
 
     def guard(self, function, args, value):
         """A value read into Python: the replay reads it again and compares."""
@@ -385,6 +386,7 @@ def _maker(original):
 
 _EMPTY = numpy.empty
 _UNDEFINED = (numpy.empty_like,)        # the values of what they return are undefined
+_LIKE = (numpy.zeros_like, numpy.ones_like, numpy.full_like)
 
 
 def _converter(original):

@@ -256,3 +256,19 @@ def test_back_on_what_a_captured_forward_returns_says_to_call_it_inside_the_step
         with pytest.raises(RuntimeError, match="nn.capture"):
             loss.back()
     assert not layer.W.g.any()            # (zeros: no back() reached it)
+
+
+def test_ones_like_is_made_once_and_full_like_follows_its_fill_value():
+    """``ones_like(a)`` reads only a's shape and dtype (made once, left out of the replay);
+    ``full_like(a, v)`` reads v, which the replay reads again."""
+    def step(x):
+        filled = np.full_like(x, x.sum()) + np.ones_like(x) * x.dtype.type(2)
+        return nn.NetVar(filled, requires_grad=False) * 1.0
+
+    rng = np.random.default_rng(1)
+    calls = [(rng.standard_normal(5),) for _ in range(4)]
+    results, captured = replayed(step, calls)
+    assert [r.tobytes() for r in results] == [e.tobytes() for e in eager(step, calls)]
+    (schedule,) = captured.schedules.values()
+    assert not any(getattr(args[1], "__name__", "") == "ones_like" for f, args in schedule.program
+                   if getattr(f, "__name__", "") == "_into")
