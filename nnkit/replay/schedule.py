@@ -84,14 +84,7 @@ class Schedule:
             schedule.inputs, schedule.entries, schedule.grads_out, schedule.input_grads,
             schedule.outs, schedule.outputs, [leaf._data for leaf in schedule.leaves]),
             trusted=(_live_step,))
-        elsewhere = {id(_root(array)) for array in recording._arrays((
-            schedule.entries, schedule.grads_out, schedule.input_grads, schedule.outs,
-            schedule.outputs))}
-        schedule.readers = readers(schedule.program, [
-            None if buffer is None or id(buffer) in elsewhere else buffer
-            for buffer in schedule.inputs])
-        schedule.direct = {k for _, _, _, views in schedule.readers for k, _, _ in views}
-        schedule.reading = list(schedule.inputs)
+        schedule._find_readers()
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
@@ -266,11 +259,22 @@ class Schedule:
             setattr(owner, name, getattr(owner, name) + delta)
         return _handed_out(self.outputs)
 
+    def _find_readers(self):
+        """Which instructions read each input buffer (``readers``), for the inputs a replay can
+        hand over as they are (``direct``): those the schedule does not also hand out."""
+        elsewhere = {id(_root(array)) for array in recording._arrays((
+            self.entries, self.grads_out, self.input_grads, self.outs, self.outputs))}
+        self.readers = readers(self.program, [
+            None if buffer is None or id(buffer) in elsewhere else buffer
+            for buffer in self.inputs])
+        self.direct = {k for _, _, _, views in self.readers for k, _, _ in views}
+        self.reading = list(self.inputs)        # what the instructions read now, by input
+
     def _hand_over(self, inputs):
         """The inputs to the program: the instructions read an input array itself where it is
         laid out as its buffer (C order; its shape and dtype are the signature's), as eager
         reads it; else a copy of it in the buffer."""
-        changed = set()
+        moved = set()
         for k, value in enumerate(inputs):
             buffer = self.inputs[k]
             if buffer is None:
@@ -283,9 +287,9 @@ class Schedule:
                 numpy.copyto(buffer, array)
             if reading is not self.reading[k]:
                 self.reading[k] = reading
-                changed.add(k)
-        if changed:
-            read_from(self.program, self.readers, self.reading, changed)
+                moved.add(k)
+        if moved:
+            read_from(self.program, self.readers, self.reading, moved)
 
     # -- check=True
     def save(self):
