@@ -383,10 +383,10 @@ class Softplus(NetOp):
 class GELU(NetOp):
     """Gaussian error linear unit, tanh approximation (PyTorch's ``gelu(approximate='tanh')``).
 
-    t = tanh(c · (x + k x³))
-    y = ½ x (1 + t)
-    dx = g · (½ (1 + t) + ½ x (1 − t²) · c · (1 + 3k x²))
-    c = √(2/π), k = 0.044715
+    y = ½ x (1 + tanh u),   u = c · (x + k x³),   c = √(2/π), k = 0.044715
+    computed as y = x · σ(2u) = x / (1 + e^(−2u)) (the same function: ½(1 + tanh u) = σ(2u),
+    and an exponential costs half a tanh); with s = σ(2u):
+    dx = g · (s + x · s(1 − s) · 2c (1 + 3k x²))
     """
     __slots__ = ("t",)
     c = 0.7978845608028654        # √(2/π)
@@ -398,33 +398,29 @@ class GELU(NetOp):
         # In place, in the two arrays the op keeps (t and y): on an FFN's activations each
         # fresh temporary is megabytes, whose pages the allocator maps anew at every call.
         # (Each array is made with out=: an operator on a 0-d array gives a scalar.)
-        t = xp.multiply(xd, self.k, out=xp.empty_like(xd))
-        t *= xd
-        t *= xd
-        t += xd
-        t *= self.c
-        self.t = xp.tanh(t, out=t)
-        y = xp.add(t, 1, out=xp.empty_like(t))
-        y *= xd
-        y *= 0.5
+        t = xp.multiply(xd, xd, out=xp.empty_like(xd))
+        t *= -2 * self.c * self.k
+        t -= 2 * self.c
+        t *= xd                             # −2u
+        with numpy.errstate(over="ignore"):     # x ≪ 0: e^(−2u) = inf, y = x / inf = −0
+            self.t = xp.exp(t, out=t)
+        t += 1                              # 1 + e^(−2u) = 1 / σ(2u)
+        y = xp.divide(xd, t, out=xp.empty_like(t))
         super().__init__(y.astype(x._data.dtype, copy=False), x)
 
     def _back(self, x):
         xp = backend.array_module(x._data)
         xd, t = wide(x._data), self.t
-        # slope = ½(1 + t) + ½x(1 − t²)·c·(1 + 3k x²), in two arrays (the first becomes dx)
-        slope = xp.multiply(t, t, out=xp.empty_like(t))
-        xp.subtract(1, slope, out=slope)
-        slope *= xd
-        slope *= 0.5
-        slope *= self.c
+        # slope = s + x·s(1 − s)·2c(1 + 3k x²), s = 1 / t, in three arrays (slope becomes dx)
+        s = xp.divide(1, t, out=xp.empty_like(t))
+        slope = xp.subtract(1, s, out=xp.empty_like(t))
+        slope *= s
         other = xp.multiply(xd, xd, out=xp.empty_like(t))
-        other *= 3 * self.k
-        other += 1
+        other *= 6 * self.c * self.k
+        other += 2 * self.c
+        other *= xd
         slope *= other
-        xp.add(t, 1, out=other)
-        other *= 0.5
-        slope += other
+        slope += s
         if slope.dtype != x._data.dtype:         # float16: the slope computed in float32
             slope = slope.astype(x._data.dtype)
         slope *= self._g

@@ -163,6 +163,7 @@ class Recording:
         self.paused = False     # an optimizer's step runs live, its arrays plain
         self.thread = threading.get_ident()
         self.refusals = []
+        self.errors = numpy.geterr()    # NumPy's floating-point error state as the step began
 
     def refuse(self, why):
         if why not in self.refusals:
@@ -185,6 +186,10 @@ class Recording:
         the replay (see ``Schedule``): its result is the same every time."""
         if sources is None:
             sources = self.sources_of((args, kwargs))
+        errors = numpy.geterr()
+        if errors != self.errors and function not in (_check, _draw, _restore):
+            # inside the step's own np.errstate: replayed under it
+            function, args, kwargs = _under, (errors, function, args, kwargs), {}
         self.program.append((function, args, kwargs, tuple(writes), sources))
         for array in writes:
             self.buffers[id(array)] = array
@@ -342,6 +347,13 @@ def _into(targets, function, args, kwargs):
             raise GuardFailed(f"{getattr(function, '__name__', function)} returned shape "
                               f"{numpy.shape(value)}, not {target.shape}")
         numpy.copyto(target, value, casting="unsafe")
+
+
+def _under(errors, function, args, kwargs):
+    """Call ``function`` under the floating-point error state it was recorded under (a step's
+    ``np.errstate(over="raise")`` raises at a replay too)."""
+    with numpy.errstate(**errors):
+        function(*args, **kwargs)
 
 
 def _check(function, args, expected, site):

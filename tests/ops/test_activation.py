@@ -1,5 +1,7 @@
 """The activations, SoftMax and LogSoftmax (along an axis, with a mask) among them: gradchecks,
 PyTorch parity of values and gradients, refused masks and axes, and second derivatives."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -505,6 +507,28 @@ def test_gelu_of_a_0d_node_and_its_gradient():
     np.testing.assert_allclose(y.data, 0.5 * v * (1 + t), rtol=1e-14)
     slope = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * k * v * v)
     np.testing.assert_allclose(x.g, [[slope, slope]], rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_far_below_zero_is_zero_without_an_overflow_warning(dtype):
+    """GELU computes x · σ(2u) as x / (1 + e^(−2u)): far below zero e^(−2u) is inf (ignored, not
+    warned of) and y is −0, as ½x(1 + tanh u) gives; eagerly and replayed by nn.capture."""
+    def step(x):
+        y = nn.GELU(x)
+        y.back()
+        return y
+
+    x = np.array([[-1000.0, -60.0, 0.0, 60.0]], dtype)
+    captured = nn.capture(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for run in (step, captured, captured, captured):
+            node = nn.NetVar(x.copy())
+            y = run(node).data
+            np.testing.assert_array_equal(y, np.array([[-0.0, -0.0, 0.0, 60.0]], dtype))
+            assert np.signbit(y[0, :2]).all()
+            np.testing.assert_array_equal(node.g, np.array([[0.0, 0.0, 0.5, 1.0]], dtype))
+    assert captured.replays == 2
 
 
 def test_gelu_gradient_is_the_derivative_across_its_range(rng):

@@ -254,3 +254,28 @@ def test_ones_like_is_made_once_and_full_like_follows_its_fill_value():
     (schedule,) = captured.schedules.values()
     assert not any(getattr(args[1], "__name__", "") == "ones_like" for f, args in schedule.program
                    if getattr(f, "__name__", "") == "_into")
+
+
+def test_operations_run_under_the_floating_point_error_state_they_were_recorded_under():
+    """A step that asks NumPy to raise on an overflow (``np.errstate``) raises at a replay too,
+    where a replay calling the operation bare would hand out inf; and one that silences the
+    overflow stays silent."""
+    def step(x, how):
+        with np.errstate(over=how):
+            y = np.exp(x._data)
+        return nn.NetVar(y, requires_grad=False) * 1.0
+
+    for how in ("raise", "ignore"):
+        captured = nn.capture(step)
+        small = nn.NetVar(np.array([1.0, 2.0]))
+        for _ in range(3):
+            np.testing.assert_array_equal(captured(small, how).data, np.exp([[1.0, 2.0]]))
+        assert captured.replays == 2
+        large = nn.NetVar(np.array([1.0, 1000.0]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")              # an overflow warning fails the test
+            if how == "raise":
+                with pytest.raises(FloatingPointError):
+                    captured(large, how)
+            else:
+                assert np.isinf(captured(large, how).data).any()
