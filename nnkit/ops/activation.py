@@ -384,47 +384,51 @@ class GELU(NetOp):
     """Gaussian error linear unit, tanh approximation (PyTorch's ``gelu(approximate='tanh')``).
 
     y = ½ x (1 + tanh u),   u = c · (x + k x³),   c = √(2/π), k = 0.044715
-    computed as y = x · σ(2u) = x / (1 + e^(−2u)) (the same function: ½(1 + tanh u) = σ(2u),
-    and an exponential costs half a tanh); with s = σ(2u):
-    dx = g · (s + x · s(1 − s) · 2c (1 + 3k x²))
+    computed as y = x · s = x / (1 + e),  s = σ(2u) = ½(1 + tanh u),  e = exp(−2u) (the same
+    function; an exponential costs half a tanh, and nothing cancels where 1 + tanh u would), and
+    dx = g · s · (1 + x · (1 − s) · 2c (1 + 3k x²)),   1 − s = 1 / (1 + 1/e) (nothing cancels)
     """
-    __slots__ = ("t",)
+    __slots__ = ("e",)
     c = 0.7978845608028654        # √(2/π)
     k = 0.044715
 
     def __init__(self, x=no_input("GELU")):
         xp = backend.array_module(x._data)
         xd = wide(x._data)      # float16 x³ overflows at |x| > 40, x² (backward) at |x| > 256
-        # In place, in the two arrays the op keeps (t and y): on an FFN's activations each
+        # In place, in the two arrays the op keeps (e and y): on an FFN's activations each
         # fresh temporary is megabytes, whose pages the allocator maps anew at every call.
         # (Each array is made with out=: an operator on a 0-d array gives a scalar.)
-        t = xp.multiply(xd, xd, out=xp.empty_like(xd))
-        t *= -2 * self.c * self.k
-        t -= 2 * self.c
-        t *= xd                             # −2u
-        with numpy.errstate(over="ignore"):     # x ≪ 0: e^(−2u) = inf, y = x / inf = −0
-            self.t = xp.exp(t, out=t)
-        t += 1                              # 1 + e^(−2u) = 1 / σ(2u)
-        y = xp.divide(xd, t, out=xp.empty_like(t))
+        e = xp.multiply(xd, xd, out=xp.empty_like(xd))
+        e *= -2 * self.c * self.k
+        e -= 2 * self.c
+        e *= xd                             # −2u
+        with numpy.errstate(over="ignore"):     # x ≪ 0: e = inf, y = x / inf = −0
+            self.e = xp.exp(e, out=e)
+        y = xp.add(e, 1, out=xp.empty_like(e))
+        y = xp.divide(xd, y, out=y)
         super().__init__(y.astype(x._data.dtype, copy=False), x)
 
     def _back(self, x):
         xp = backend.array_module(x._data)
-        xd, t = wide(x._data), self.t
-        # slope = s + x·s(1 − s)·2c(1 + 3k x²), s = 1 / t, in three arrays (slope becomes dx)
-        s = xp.divide(1, t, out=xp.empty_like(t))
-        slope = xp.subtract(1, s, out=xp.empty_like(t))
-        slope *= s
-        other = xp.multiply(xd, xd, out=xp.empty_like(t))
+        xd, e = wide(x._data), self.e
+        # slope = s · (1 + x·(1 − s)·2c(1 + 3k x²)), s = 1 / (1 + e), in three arrays
+        s = xp.add(e, 1, out=xp.empty_like(e))
+        s = xp.divide(1, s, out=s)
+        with numpy.errstate(divide="ignore"):   # x ≫ 0: e = 0, 1/e = inf, 1 − s = 0
+            rest = xp.divide(1, e, out=xp.empty_like(e))
+        rest += 1
+        rest = xp.divide(1, rest, out=rest)     # 1 − s
+        other = xp.multiply(xd, xd, out=xp.empty_like(e))
         other *= 6 * self.c * self.k
         other += 2 * self.c
         other *= xd
-        slope *= other
-        slope += s
-        if slope.dtype != x._data.dtype:         # float16: the slope computed in float32
-            slope = slope.astype(x._data.dtype)
-        slope *= self._g
-        x.accumulate_same_shape(slope)
+        rest *= other
+        rest += 1
+        rest *= s
+        if rest.dtype != x._data.dtype:         # float16: the slope computed in float32
+            rest = rest.astype(x._data.dtype)
+        rest *= self._g
+        x.accumulate_same_shape(rest)
 
     def _grads(self, g, x):
         xw = widened(x)             # float16: x³ in float32, as the forward pass
