@@ -411,24 +411,24 @@ class GELU(NetOp):
     def _back(self, x):
         xp = backend.array_module(x._data)
         xd, e = wide(x._data), self.e
-        # slope = s · (1 + x·(1 − s)·2c(1 + 3k x²)), s = 1 / (1 + e), in three arrays
-        s = xp.add(e, 1, out=xp.empty_like(e))
-        s = xp.divide(1, s, out=s)
-        with numpy.errstate(divide="ignore"):   # x ≫ 0: e = 0, 1/e = inf, 1 − s = 0
-            rest = xp.divide(1, e, out=xp.empty_like(e))
-        rest += 1
-        rest = xp.divide(1, rest, out=rest)     # 1 − s
+        # slope = s · (1 + x·(1 − s)·2c(1 + 3k x²)), s = 1 / (1 + e), in two arrays (on an
+        # FFN's activations each fresh one is megabytes of pages mapped anew)
         other = xp.multiply(xd, xd, out=xp.empty_like(e))
         other *= 6 * self.c * self.k
         other += 2 * self.c
         other *= xd
-        rest *= other
-        rest += 1
-        rest *= s
-        if rest.dtype != x._data.dtype:         # float16: the slope computed in float32
-            rest = rest.astype(x._data.dtype)
-        rest *= self._g
-        x.accumulate_same_shape(rest)
+        with numpy.errstate(divide="ignore"):   # x ≫ 0: e = 0, 1/e = inf, 1 − s = 0
+            slope = xp.divide(1, e, out=xp.empty_like(e))
+        slope += 1
+        slope = xp.divide(1, slope, out=slope)  # 1 − s
+        slope *= other
+        slope += 1
+        s = xp.add(e, 1, out=other)
+        slope /= s                              # · s = / (1 + e)
+        if slope.dtype != x._data.dtype:         # float16: the slope computed in float32
+            slope = slope.astype(x._data.dtype)
+        slope *= self._g
+        x.accumulate_same_shape(slope)
 
     def _grads(self, g, x):
         xw = widened(x)             # float16: x³ in float32, as the forward pass
