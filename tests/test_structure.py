@@ -40,6 +40,7 @@ LAYERS = [
     ["optim.adamw"],                    # Adam with decoupled weight decay
     ["optim"],
     # capture and replay of a step: the recording, what the step reads, the replay
+    ["replay.instructions"],            # what a replay's instructions call
     ["replay.record", "replay.world"],
     ["replay.program"],                 # a recording's instructions as the replay calls them
     ["replay.schedule"],                # one signature's recording: record, replay

@@ -9,11 +9,11 @@ from ..core import NetVar
 from ..dtypes import get_dtype
 from ..modes import state as modes, threads_without_grad
 from . import record as recording
-from .record import GuardFailed, Unrecordable
+from .instructions import GuardFailed, _same
+from .record import Unrecordable
 from .schedule import OnDevice, Schedule
 
 __all__ = ["capture", "Captured"]
-_ndarray = numpy.ndarray
 
 
 def capture(fn=None, *, check=False, max_signatures=16):
@@ -175,17 +175,6 @@ def _values(result):
 def _difference(a, b, what):
     """``what`` when ``a`` and ``b`` (lists of results or states) differ in any bit, else None."""
     return None if _same(list(a), list(b)) else what
-
-
-def _same(a, b):
-    if isinstance(a, (_ndarray, numpy.generic)) or isinstance(b, (_ndarray, numpy.generic)):
-        a, b = numpy.asarray(a), numpy.asarray(b)       # bit for bit: -0.0 is not 0.0
-        return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(map(_same, a, b))
-    return type(a) is type(b) and (a == b or (a != a and b != b))
 
 
 def _name(fn):

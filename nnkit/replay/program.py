@@ -8,7 +8,7 @@ import types
 
 import numpy
 
-from .record import _arrays, _draw, _into, _restore, _root
+from .instructions import _arrays, _copy, _draw, _into, _restore, _root
 
 _ndarray = numpy.ndarray
 
@@ -72,10 +72,6 @@ def _a_copy(args):
     return how in (_ndarray.reshape, numpy.reshape) and target.flags.c_contiguous and \
         target.size == source.size and call_kwargs.get("order", "C") == "C" and \
         set(call_kwargs) <= {"order", "shape", "newshape"}
-
-
-def _copy(target, source):
-    numpy.copyto(target, source, casting="unsafe")
 
 
 _NO_POSITIONAL_OUT = (numpy.maximum, numpy.minimum)     # NumPy 2 deprecates it for these two

@@ -26,13 +26,10 @@ import threading
 import numpy
 
 from .. import backend
+from .instructions import _arrays, _check, _draw, _into, _restore, _root, _under
 
 _ndarray = numpy.ndarray
 active = None           # the Recording in progress (recording runs in one thread at a time)
-
-
-class GuardFailed(Exception):
-    """A replay read a value into Python that differs from the recording's (or a shape)."""
 
 
 class Unrecordable(Exception):
@@ -282,25 +279,6 @@ class Recording:
         return self.traced_view(array)
 
 
-def _root(array):
-    while array.base is not None and isinstance(array.base, _ndarray):
-        array = array.base
-    return array
-
-
-def _arrays(value, array_type=_ndarray):
-    """The arrays of type ``array_type`` in ``value`` and in its tuples, lists and dicts."""
-    kind = type(value)
-    if kind is array_type:
-        yield value
-    elif kind is tuple or kind is list:
-        for item in value:
-            yield from _arrays(item, array_type)
-    elif kind is dict:
-        for item in value.values():
-            yield from _arrays(item, array_type)
-
-
 def _is_view_of(result, args, kwargs):
     return any(numpy.may_share_memory(result, array)
                for array in _arrays((args, kwargs)))
@@ -335,46 +313,6 @@ def _takes_out(function, args, kwargs, result):
     except (TypeError, ValueError):
         return False
     return again.tobytes() == result.tobytes()
-
-
-def _into(targets, function, args, kwargs):
-    """Replay a call whose function takes no ``out=``: copy what it returns into the buffers."""
-    results = function(*args, **kwargs)
-    if type(results) is not tuple:
-        results = (results,)
-    for target, value in zip(targets, results):
-        if numpy.shape(value) != target.shape:      # a shape that follows the data
-            raise GuardFailed(f"{getattr(function, '__name__', function)} returned shape "
-                              f"{numpy.shape(value)}, not {target.shape}")
-        numpy.copyto(target, value, casting="unsafe")
-
-
-def _under(errors, function, args, kwargs):
-    """Call ``function`` under the floating-point error state it was recorded under (a step's
-    ``np.errstate(over="raise")`` raises at a replay too)."""
-    with numpy.errstate(**errors):
-        function(*args, **kwargs)
-
-
-def _check(function, args, expected, site):
-    value = function(*args)
-    if type(value) is not type(expected) or not _same(value, expected):
-        raise GuardFailed(f"a value read into Python at {site} changed")
-
-
-def _same(value, expected):
-    if isinstance(expected, (tuple, list)):
-        return len(value) == len(expected) and all(map(_same, value, expected))
-    if isinstance(expected, _ndarray):
-        return numpy.array_equal(value, expected)
-    return value == expected or (value != value and expected != expected)
-
-
-def _restore(array, initial):
-    if initial is None:         # zeros, which fill() writes without reading a copy
-        array.fill(0)
-    else:
-        numpy.copyto(array, initial)
 
 
 # ----------------------------------------------------------------------------- NumPy's makers
@@ -425,10 +363,6 @@ class _Draws:
                        frozenset(("draw",)))
             return active.traced_view(value)
         return draw
-
-
-def _draw(rng, xp, name, args, kwargs, target):
-    numpy.copyto(target, getattr(rng(xp), name)(*args, **kwargs))
 
 
 class patched:

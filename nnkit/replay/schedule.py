@@ -11,9 +11,9 @@ import numpy
 from .. import backend, core
 from ..core import NetVar, constant
 from ..optim.base import Optimizer
-from . import record as recording
+from .instructions import GuardFailed, _arrays, _draw, _root
 from .program import program, read_from, readers, written
-from .record import GuardFailed, Recording, Traced, Unrecordable, _root, patched, plain
+from .record import Recording, Traced, Unrecordable, patched, plain
 from .world import World, changed, failed_guard
 
 _ndarray = numpy.ndarray
@@ -88,7 +88,7 @@ class Schedule:
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
-        schedule.draws = any(step[0] is recording._draw for step in rec.program)
+        schedule.draws = any(step[0] is _draw for step in rec.program)
         schedule.keyed = tuple(sorted(rec.keyed))
         return schedule, eager_result
 
@@ -262,7 +262,7 @@ class Schedule:
     def _find_readers(self):
         """Which instructions read each input buffer (``readers``), for the inputs a replay can
         hand over as they are (``direct``): those the schedule does not also hand out."""
-        elsewhere = {id(_root(array)) for array in recording._arrays((
+        elsewhere = {id(_root(array)) for array in _arrays((
             self.entries, self.grads_out, self.input_grads, self.outs, self.outputs))}
         self.readers = readers(self.program, [
             None if buffer is None or id(buffer) in elsewhere else buffer
@@ -299,7 +299,7 @@ class Schedule:
         for holder, attribute, _ in self.entries:
             state[("entry", id(holder), attribute)] = numpy.array(getattr(holder, attribute))
         for optimizer in self.world.optimizers:
-            state[("optimizer", id(optimizer))] = _copied(optimizer.state)
+            state[("optimizer", id(optimizer))] = copy.deepcopy(optimizer.state)
         for owner, name, _ in self.counters:
             state[("counter", id(owner), name)] = getattr(owner, name)
         state["rng"] = backend.get_rng_state()
@@ -325,7 +325,7 @@ class Schedule:
         for holder, attribute, _ in self.entries:
             setattr(holder, attribute, state[("entry", id(holder), attribute)].copy())
         for optimizer in self.world.optimizers:
-            optimizer.state[:] = _copied(state[("optimizer", id(optimizer))])
+            optimizer.state[:] = copy.deepcopy(state[("optimizer", id(optimizer))])
         for owner, name, _ in self.counters:
             setattr(owner, name, state[("counter", id(owner), name)])
         backend.set_rng_state(state["rng"])
@@ -409,9 +409,3 @@ def _handed_out(spec):
     if kind is dict:
         return {key: _handed_out(item) for key, item in value.items()}
     return kind(_handed_out(item) for item in value)
-
-
-def _copied(value):
-    return copy.deepcopy(value)
-
-

@@ -1,0 +1,90 @@
+"""What a replay's instructions call, and the two array helpers that recording and planning share.
+
+A recording writes each operation down as a call of the function it ran, or of one of these when
+that function cannot be called again as it was: ``_into`` (a function without ``out=``, its
+results copied into the buffers), ``_under`` (an operation run inside the step's own
+``np.errstate``), ``_check`` (a value read into Python, read again and compared), ``_restore``
+(an array the step made and something writes into), ``_draw`` (a draw from nnkit's generator),
+and ``_copy`` (what ``reshape`` or ``astype`` copied, written straight into its buffer). Those
+that find the step taking another way raise ``GuardFailed``.
+"""
+import numpy
+
+_ndarray = numpy.ndarray
+
+
+class GuardFailed(Exception):
+    """A replay read a value into Python that differs from the recording's (or a shape)."""
+
+
+def _root(array):
+    while array.base is not None and isinstance(array.base, _ndarray):
+        array = array.base
+    return array
+
+
+def _arrays(value, array_type=_ndarray):
+    """The arrays of type ``array_type`` in ``value`` and in its tuples, lists and dicts."""
+    kind = type(value)
+    if kind is array_type:
+        yield value
+    elif kind is tuple or kind is list:
+        for item in value:
+            yield from _arrays(item, array_type)
+    elif kind is dict:
+        for item in value.values():
+            yield from _arrays(item, array_type)
+
+
+def _into(targets, function, args, kwargs):
+    """Replay a call whose function takes no ``out=``: copy what it returns into the buffers."""
+    results = function(*args, **kwargs)
+    if type(results) is not tuple:
+        results = (results,)
+    for target, value in zip(targets, results):
+        if numpy.shape(value) != target.shape:      # a shape that follows the data
+            raise GuardFailed(f"{getattr(function, '__name__', function)} returned shape "
+                              f"{numpy.shape(value)}, not {target.shape}")
+        numpy.copyto(target, value, casting="unsafe")
+
+
+def _under(errors, function, args, kwargs):
+    """Call ``function`` under the floating-point error state it was recorded under (a step's
+    ``np.errstate(over="raise")`` raises at a replay too)."""
+    with numpy.errstate(**errors):
+        function(*args, **kwargs)
+
+
+def _copy(target, source):
+    numpy.copyto(target, source, casting="unsafe")
+
+
+def _check(function, args, expected, site):
+    value = function(*args)
+    if type(value) is not type(expected) or not _same(value, expected):
+        raise GuardFailed(f"a value read into Python at {site} changed")
+
+
+def _same(a, b):
+    """Whether two values are the same bit for bit: arrays and NumPy scalars of one shape, dtype
+    and bytes (-0.0 is not 0.0), dicts, lists and tuples item by item, Python values equal (a
+    NaN as a NaN). A guard's reading and the check of a replay against eager both ask it."""
+    if isinstance(a, (_ndarray, numpy.generic)) or isinstance(b, (_ndarray, numpy.generic)):
+        a, b = numpy.asarray(a), numpy.asarray(b)
+        return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+def _restore(array, initial):
+    if initial is None:         # zeros, which fill() writes without reading a copy
+        array.fill(0)
+    else:
+        numpy.copyto(array, initial)
+
+
+def _draw(rng, xp, name, args, kwargs, target):
+    numpy.copyto(target, getattr(rng(xp), name)(*args, **kwargs))
