@@ -86,15 +86,21 @@ def _counted(values, shares, xp):
     return xp.where(shares != 0, values, 0)
 
 
+def _total(w):
+    """Σ w, accumulated in float32 at least: float16 counts no further than 65504 (the weights
+    of 70,000 positions summed to inf there, and every share to 0)."""
+    return w.sum(dtype=numpy.float32) if w.dtype.itemsize < 4 else w.sum()
+
+
 def _shares(w, total, xp):
-    """``w / total``, the share of each position in a weighted mean, and zeros when nothing
-    counts (total 0): the mean is then 0/0 = NaN (``_nan_if_empty``), as in PyTorch, but its
-    gradient is 0, as PyTorch's is (0/0 shares made every parameter NaN after one step on a
-    batch of padding or ignored targets)."""
+    """``w / total`` in w's dtype, the share of each position in a weighted mean, and zeros when
+    nothing counts (total 0): the mean is then 0/0 = NaN (``_nan_if_empty``), as in PyTorch,
+    but its gradient is 0, as PyTorch's is (0/0 shares made every parameter NaN after one step
+    on a batch of padding or ignored targets)."""
     if xp is numpy:                 # on the host: the total itself decides (one division)
-        return w / total if total != 0 else numpy.zeros_like(w)
+        return (w / total).astype(w.dtype, copy=False) if total != 0 else numpy.zeros_like(w)
     counts = total != 0             # on a device: no read back to the host
-    return xp.where(counts, w / xp.where(counts, total, 1), 0)
+    return xp.where(counts, w / xp.where(counts, total, 1), 0).astype(w.dtype, copy=False)
 
 
 def _nan_if_empty(value, total, xp):
@@ -124,19 +130,22 @@ def _index_shares(op, what, td, zd, valid, weight, ignore_index):
         raise ValueError(f"{op}: class indices of shape {tuple(td.shape)} do "
                          f"not match {what} of shape {tuple(zd.shape)}{hint}")
     idx = td.reshape(M).astype(numpy.int64, copy=False)
+    every = valid is None and ignore_index is None      # every position counts
     keep = xp.ones(M, dtype=bool) if valid is None else valid
     if ignore_index is not None:
         keep = keep & (idx != ignore_index)
     if xp is numpy or core.anomaly_mode():
-        bad = keep & ((idx < 0) | (idx >= C))
+        # (read as unsigned, a negative index is 2⁶³ or more: one comparison finds both ends)
+        bad = idx.view(numpy.uint64) >= C if every else keep & ((idx < 0) | (idx >= C))
         if bad.any():
             raise ValueError(f"{op}: class index {int(idx[bad][0])} is out of "
                              f"range for {C} classes")
-    idx = xp.where(keep, idx, 0)
+    if not every:
+        idx = xp.where(keep, idx, 0)
     w = keep.astype(zd.dtype)
     if weight is not None:
         w = w * weight[idx]
-    total = w.sum()
+    total = _total(w)
     return idx, _shares(w, total, xp), total
 
 
@@ -179,7 +188,9 @@ class SoftmaxCELoss(Loss):
             self.idx, self.coef, self.denominator = _index_shares(
                 "SoftmaxCELoss", "logits", td, zd, valid, weight, ignore_index)
             picked = logp[xp.arange(M), self.idx]
-            value = -(_counted(picked, self.coef, xp) * self.coef).sum()
+            if valid is not None or ignore_index is not None or weight is not None:
+                picked = _counted(picked, self.coef, xp)    # (else no share is 0)
+            value = -(picked * self.coef).sum()
         else:
             if ignore_index is not None:
                 raise ValueError("SoftmaxCELoss: ignore_index needs class-index targets")
@@ -193,7 +204,7 @@ class SoftmaxCELoss(Loss):
             if weight is not None:
                 tw = tw * weight
             keep = xp.ones(M, dtype=zd.dtype) if valid is None else valid.astype(zd.dtype)
-            self.denominator = keep.sum()
+            self.denominator = _total(keep)
             self.coef = _shares(keep, self.denominator, xp)
             self.tw = tw
             value = -(_counted((tw * logp).sum(axis=1), self.coef, xp) * self.coef).sum()

@@ -64,6 +64,11 @@ def test_softmax_ce_errors():
     z = nn.NetVar(np.zeros((3, 4)))
     with pytest.raises(ValueError, match="class index 7 is out of range for 4 classes"):
         nn.SoftmaxCELoss(z, np.array([0, 7, 1]))
+    for negative in (-1, np.iinfo(np.int64).min):      # read as unsigned: both ends at once
+        with pytest.raises(ValueError, match=f"class index {negative} is out of range"):
+            nn.SoftmaxCELoss(z, np.array([0, negative, 1]))
+        with pytest.raises(ValueError, match=f"class index {negative} is out of range"):
+            nn.SoftmaxCELoss(z, np.array([0, negative, 1]), mask=np.ones(3, bool))
     with pytest.raises(ValueError, match=r"class indices of shape \(2,\)"):
         nn.SoftmaxCELoss(z, np.array([0, 1]))
     with pytest.raises(ValueError, match="integer dtype"):

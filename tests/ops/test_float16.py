@@ -89,3 +89,20 @@ def test_celoss_of_float16_differentiates_twice_in_float32():
     (first,) = nn.grad(nn.CELoss(p, t), [p], create_graph=True)
     assert first.dtype == np.float16 and np.isfinite(first.data).all()
     np.testing.assert_array_equal(first.data, p.g)
+
+
+@pytest.mark.parametrize("loss", ["SoftmaxCELoss", "NLLLoss"])
+def test_a_float16_mean_over_more_positions_than_float16_counts(loss):
+    """The count of positions (Σ w) is accumulated in float32: 70,000 ones summed in float16
+    are inf, which made every share 0, the loss -0 and the gradient 0."""
+    n = 70_000
+    z = nn.NetVar(np.zeros((n, 2), np.float16))
+    labels = np.arange(n) % 2
+    scores = z if loss == "SoftmaxCELoss" else nn.LogSoftmax(z)
+    y = getattr(nn, loss)(scores, labels)
+    y.back()
+    assert abs(y.item() - np.log(2)) < 1e-3, y.item()
+    assert y.denominator == n
+    # ∂/∂z = (softmax − onehot) / n = ±0.5 / n: 1.0 in all, and ±7.1e-6 (a float16 subnormal)
+    total = np.abs(z.g.astype(np.float64)).sum()
+    assert abs(total - 1.0) < 0.01, total
