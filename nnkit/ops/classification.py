@@ -19,7 +19,8 @@ from .. import backend, checks, core
 from ..core import NetVar, constant
 from ..dtypes import wide
 from .activation import LogSoftmax, Sigmoid, sigmoid
-from .loss import Loss, _check_range, _pair, _same_positions, _scalar, _upstream, _valid_mask
+from .loss import (Loss, _check_range, _pair, _same_positions, _scalar, _total, _upstream,
+                   _upstream_node, _valid_mask)
 from .math import Where
 from .shape import narrowed, widened
 
@@ -84,12 +85,6 @@ def _counted(values, shares, xp):
     position counts for nothing even when its value is ±inf (a masked log-probability), where
     value · 0 would be NaN."""
     return xp.where(shares != 0, values, 0)
-
-
-def _total(w):
-    """Σ w, accumulated in float32 at least: float16 counts no further than 65504 (the weights
-    of 70,000 positions summed to inf there, and every share to 0)."""
-    return w.sum(dtype=numpy.float32) if w.dtype.itemsize < 4 else w.sum()
 
 
 def _shares(w, total, xp):
@@ -293,7 +288,7 @@ class SigmoidCELoss(Loss):
         if self.w is not None:
             loss = loss * self.w
         self.N = self.denominator = zd.size
-        super().__init__(_scalar(loss.sum() / self.N, xp), z, t)
+        super().__init__(_scalar(_total(loss) / self.N, xp, zd.dtype), z, t)
 
     def _back(self, z, t):
         xp = backend.array_module(z._data)
@@ -306,7 +301,7 @@ class SigmoidCELoss(Loss):
             t.accumulate(-scale * z._data)
 
     def _grads(self, g, z, t):
-        scale = g.reshape(()) / self.N
+        scale = _upstream_node(g) / self.N
         if self.w is not None:
             scale = scale * self.w
         return (scale * (Sigmoid(z) - t) if z.requires_grad else None,
@@ -419,7 +414,7 @@ class KLDivLoss(Loss):
         shape = x._data.shape
         self.D = self.denominator = {"batchmean": shape[0] if shape else 1,
                                      "mean": x._data.size, "sum": 1}[reduction]
-        super().__init__(_scalar(terms.sum() / self.D, xp), x, p)
+        super().__init__(_scalar(_total(terms) / self.D, xp, x._data.dtype), x, p)
 
     def _back(self, x, p):
         scale = _upstream(self) / self.D
@@ -433,6 +428,8 @@ class KLDivLoss(Loss):
                 p.accumulate(backend.array_module(dp).where(p._data > 0, dp, 0))
 
     def _composite(self, x, p):
+        dtype = self._data.dtype
+        x, p = widened(x), widened(p)       # float16: in float32, as the forward pass
         if self.log_target:
             terms = p.exp() * (p - x)
         else:
@@ -440,4 +437,4 @@ class KLDivLoss(Loss):
             # 0 and finite even for an x of −inf
             positive = p._data > 0
             terms = p * (Where(positive, p, 1.0).log() - Where(positive, x, 0.0))
-        return (terms.sum() / self.D).reshape(1, 1)
+        return narrowed((terms.sum() / self.D).reshape(1, 1), dtype)

@@ -16,7 +16,9 @@ import numpy
 
 from .. import backend, checks, core
 from ..core import NetOp, NetVar, constant
+from ..dtypes import wide
 from .math import Where
+from .shape import widened
 
 
 class Loss(NetOp):
@@ -72,13 +74,34 @@ def _rows(shape):
     return n
 
 
-def _scalar(value, xp):
-    return xp.asarray(value).reshape(1, 1)
+def _scalar(value, xp, dtype=None):
+    """The loss's (1, 1) value, in ``dtype``: the inputs' own (a float16 loss sums in float32)."""
+    value = xp.asarray(value).reshape(1, 1)
+    return value if dtype is None else value.astype(dtype, copy=False)
+
+
+def _total(a):
+    """Σ a, in float32 for float16 ``a``. A float16 loss sums and divides in float32 and gives
+    float16, as PyTorch's half losses do: float16 stops at 65504, so a sum over many elements
+    overflowed to inf, and a count above 65504 (inf in float16) made the loss or its gradient
+    0, where the mean itself fits."""
+    return a.sum(dtype=numpy.float32) if a.dtype == numpy.float16 else a.sum()
 
 
 def _upstream(loss):
-    """The upstream gradient as a 0-d array, so that it broadcasts without changing shapes."""
-    return loss._g.reshape(())
+    """The upstream gradient as a 0-d array, so that it broadcasts without changing shapes (in
+    float32 for a float16 loss: ``_total``)."""
+    return wide(loss._g.reshape(()))
+
+
+def _upstream_node(g):
+    """``_upstream`` for the node ``g`` of ``_grads``."""
+    return widened(g).reshape(())
+
+
+def _residual(p, t):
+    """p − t, in float32 for float16 data (``_total``)."""
+    return wide(p._data) - wide(t._data)
 
 
 def _opposite(dp, t):
@@ -97,9 +120,9 @@ class L1Loss(Loss):
     def __init__(self, p, t):
         p, t = _pair("L1Loss", p, t)
         xp = backend.array_module(p._data)
-        self.r = p._data - t._data
+        self.r = _residual(p, t)
         self.B = self.denominator = _rows(p._data.shape)
-        super().__init__(_scalar(xp.abs(self.r).sum() / self.B, xp), p, t)
+        super().__init__(_scalar(_total(xp.abs(self.r)) / self.B, xp, p._data.dtype), p, t)
 
     def _back(self, p, t):
         dp = _upstream(self) * backend.array_module(self.r).sign(self.r) / self.B
@@ -109,7 +132,8 @@ class L1Loss(Loss):
 
     def _grads(self, g, p, t):
         # sign(p − t) is constant almost everywhere: an array
-        return _opposite(g.reshape(()) * (backend.array_module(self.r).sign(self.r) / self.B), t)
+        return _opposite(_upstream_node(g) * (backend.array_module(self.r).sign(self.r) / self.B),
+                         t)
 
 
 class L2Loss(Loss):
@@ -123,9 +147,10 @@ class L2Loss(Loss):
     def __init__(self, p, t):
         p, t = _pair("L2Loss", p, t)
         xp = backend.array_module(p._data)
-        self.r = p._data - t._data
+        self.r = _residual(p, t)
         self.B = self.denominator = _rows(p._data.shape)
-        super().__init__(_scalar((self.r * self.r).sum() / (2 * self.B), xp), p, t)
+        super().__init__(_scalar(_total(self.r * self.r) / (2 * self.B), xp, p._data.dtype),
+                         p, t)
 
     def _back(self, p, t):
         dp = _upstream(self) * self.r / self.B
@@ -134,7 +159,7 @@ class L2Loss(Loss):
             t.accumulate(-dp)
 
     def _grads(self, g, p, t):
-        return _opposite(g.reshape(()) * (p - t) / self.B, t)
+        return _opposite(_upstream_node(g) * (p - t) / self.B, t)
 
 
 class HuberLoss(Loss):
@@ -151,11 +176,11 @@ class HuberLoss(Loss):
         p, t = _pair("HuberLoss", p, t)
         xp = backend.array_module(p._data)
         self.d = d
-        self.r = p._data - t._data
+        self.r = _residual(p, t)
         self.B = self.denominator = _rows(p._data.shape)
         a = xp.abs(self.r)
-        value = xp.where(a <= d, 0.5 * self.r * self.r, d * (a - 0.5 * d)).sum() / self.B
-        super().__init__(_scalar(value, xp), p, t)
+        value = _total(xp.where(a <= d, 0.5 * self.r * self.r, d * (a - 0.5 * d))) / self.B
+        super().__init__(_scalar(value, xp, p._data.dtype), p, t)
 
     def _back(self, p, t):
         xp = backend.array_module(self.r)
@@ -169,7 +194,7 @@ class HuberLoss(Loss):
         xp = backend.array_module(self.r)
         inside = xp.abs(self.r) <= self.d
         outside = xp.where(inside, 0, xp.clip(self.r, -self.d, self.d))
-        return _opposite(g.reshape(()) * ((p - t) * inside.astype(self.r.dtype) + outside)
+        return _opposite(_upstream_node(g) * ((p - t) * inside.astype(self.r.dtype) + outside)
                          / self.B, t)
 
 
@@ -273,7 +298,7 @@ class MSELoss(Loss):
     def __init__(self, p, t, mask=None, lengths=None):
         p, t = _pair("MSELoss", p, t)
         xp = backend.array_module(p._data)
-        r = p._data - t._data
+        r = _residual(p, t)
         self.m = None
         self.denominator = _rows(p._data.shape)     # positions, each of its features
         if mask is None and lengths is None:
@@ -287,7 +312,7 @@ class MSELoss(Loss):
                 m = _valid_mask("MSELoss", shape[:md.ndim], md, None, xp)
             self.denominator = m.sum()      # the valid positions (N over their features)
             m = m.reshape(m.shape + (1,) * (len(shape) - m.ndim))
-            m = xp.broadcast_to(m, shape).astype(p._data.dtype)
+            m = xp.broadcast_to(m, shape).astype(r.dtype)
             r = xp.where(m != 0, r, 0)        # padding counts for nothing, NaN or inf included
             n = m.sum()
             self.m = m
@@ -295,7 +320,7 @@ class MSELoss(Loss):
         # N for the gradient, 1 when nothing counts: r is 0 everywhere then, and so is the
         # gradient (0/0 made it NaN); the mean stays 0/0 = NaN
         self.n = n if self.m is None else xp.where(n != 0, n, 1)
-        super().__init__(_scalar((r * r).sum() / n, xp), p, t)
+        super().__init__(_scalar(_total(r * r) / n, xp, p._data.dtype), p, t)
 
     def _back(self, p, t):
         dp = _upstream(self) * 2 * self.r / self.n
@@ -305,4 +330,4 @@ class MSELoss(Loss):
 
     def _grads(self, g, p, t):
         r = p - t if self.m is None else Where(self.m != 0, p - t, 0.0)   # m is a constant
-        return _opposite(g.reshape(()) * r * (2 / self.n), t)
+        return _opposite(_upstream_node(g) * r * (2 / self.n), t)

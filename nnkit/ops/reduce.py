@@ -85,10 +85,11 @@ class Mean(NetOp):
         super().__init__(xp.asarray(x._data.mean(axis=self.axes, keepdims=self.keepdims)), x)
 
     def _back(self, x):
-        x.accumulate(_spread(self, self._g / _count(x._data.shape, self.axes), x))
+        # (float16: divided in float32, where a count above 65504 is not inf)
+        x.accumulate(_spread(self, wide(self._g) / _count(x._data.shape, self.axes), x))
 
     def _grads(self, g, x):
-        return (spread(self, g, x) / _count(x._data.shape, self.axes),)
+        return (spread(self, widened(g), x) / _count(x._data.shape, self.axes),)
 
 
 def _check_not_empty(op, x, axes):

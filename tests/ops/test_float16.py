@@ -91,18 +91,46 @@ def test_celoss_of_float16_differentiates_twice_in_float32():
     np.testing.assert_array_equal(first.data, p.g)
 
 
-@pytest.mark.parametrize("loss", ["SoftmaxCELoss", "NLLLoss"])
-def test_a_float16_mean_over_more_positions_than_float16_counts(loss):
-    """The count of positions (Σ w) is accumulated in float32: 70,000 ones summed in float16
-    are inf, which made every share 0, the loss -0 and the gradient 0."""
-    n = 70_000
-    z = nn.NetVar(np.zeros((n, 2), np.float16))
-    labels = np.arange(n) % 2
-    scores = z if loss == "SoftmaxCELoss" else nn.LogSoftmax(z)
-    y = getattr(nn, loss)(scores, labels)
-    y.back()
-    assert abs(y.item() - np.log(2)) < 1e-3, y.item()
-    assert y.denominator == n
-    # ∂/∂z = (softmax − onehot) / n = ±0.5 / n: 1.0 in all, and ±7.1e-6 (a float16 subnormal)
-    total = np.abs(z.g.astype(np.float64)).sum()
-    assert abs(total - 1.0) < 0.01, total
+
+# Means over more elements than float16 counts (its largest number is 65504): the sum overflowed
+# to inf, or the count became inf, and the loss or its gradient came out inf, NaN or 0.
+N = 70_000
+_rng = np.random.default_rng(7)
+_P, _T = _rng.random((N, 2)), _rng.random((N, 2))
+_Q = _T / _T.sum(1, keepdims=True)
+_LABELS = np.arange(N) % 2
+MEANS = {
+    "Mean": lambda p: nn.Mean(p),
+    "Mean over rows": lambda p: nn.Mean(p, axis=0) * _like(p, [1.0, -2.0]),
+    "L1Loss": lambda p: nn.L1Loss(p, _T.astype(p.data.dtype)),
+    "L2Loss": lambda p: nn.L2Loss(p, _T.astype(p.data.dtype)),
+    "HuberLoss": lambda p: nn.HuberLoss(p, 3 * _T.astype(p.data.dtype)),
+    "MSELoss": lambda p: nn.MSELoss(p, _T.astype(p.data.dtype)),
+    "MSELoss masked": lambda p: nn.MSELoss(p, _T.astype(p.data.dtype), mask=_LABELS < 5),
+    "SigmoidCELoss": lambda p: nn.SigmoidCELoss(p, _T.astype(p.data.dtype)),
+    "KLDivLoss": lambda p: nn.KLDivLoss(nn.LogSoftmax(p), _Q.astype(p.data.dtype)),
+    "SoftmaxCELoss": lambda p: nn.SoftmaxCELoss(p, _LABELS),
+    "NLLLoss": lambda p: nn.NLLLoss(nn.LogSoftmax(p), _LABELS),
+}
+
+
+@pytest.mark.parametrize("name", MEANS)
+def test_a_float16_mean_over_more_elements_than_float16_counts(name):
+    build = MEANS[name]
+    expected, (expected_grad,) = _value_and_grad(build, _P)                # float64
+    value, (grad,) = _value_and_grad(build, _P.astype(np.float16))
+    assert value.dtype == np.float16 and grad.dtype == np.float16
+    np.testing.assert_allclose(value.astype(np.float64), expected, rtol=2e-3)
+    # each element's gradient is about 1/N = 1.4e-5, a float16 subnormal: compared in all
+    total = np.abs(expected_grad).sum()
+    assert abs(np.abs(grad.astype(np.float64)).sum() - total) < 5e-3 * total
+    assert np.abs(grad.astype(np.float64) - expected_grad).sum() < 2e-2 * total
+    node = nn.NetVar(_P.astype(np.float16))
+    found, = nn.grad(build(node).sum(), [node], create_graph=True)
+    assert found.dtype == np.float16
+    assert np.abs(found.data.astype(np.float64) - grad).sum() < 2e-2 * total
+
+
+def test_float16_counts_the_positions_of_a_class_index_loss():
+    y = nn.SoftmaxCELoss(nn.NetVar(np.zeros((N, 2), np.float16)), _LABELS)
+    assert y.denominator == N               # 70,000 weights of 1 summed to inf in float16
