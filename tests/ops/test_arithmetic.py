@@ -45,6 +45,22 @@ def test_multiply_gradcheck(shapes, rng):
     nn.gradcheck(nn.Multiply, var64(rng, *shapes[0]), var64(rng, *shapes[1]))
 
 
+@pytest.mark.parametrize("layout", ["C", "transposed"])
+def test_multiply_of_a_stack_by_one_matrix_equals_numpy(layout, rng):
+    # a C-ordered stack goes through one 2-D product over all its rows; another layout does not
+    x = rng.standard_normal((2, 5, 3, 4))
+    if layout == "transposed":
+        x = x.transpose(1, 0, 2, 3)
+    xn, wn = nn.NetVar(x), nn.NetVar(rng.standard_normal((4, 6)))
+    y = nn.Multiply(xn, wn)
+    np.testing.assert_allclose(y.data, x @ wn.data, rtol=1e-12)
+    g = rng.standard_normal(y.shape)
+    y.back(g)
+    np.testing.assert_allclose(xn.g, g @ wn.data.T, rtol=1e-12)
+    np.testing.assert_allclose(wn.g, x.reshape(-1, 4).T @ g.reshape(-1, 6), rtol=1e-12)
+    nn.gradcheck(nn.Multiply, nn.NetVar(x[:, :2]), wn)
+
+
 def test_multiply_rejects_vectors():
     with pytest.raises(ValueError, match="at least 2-D"):
         nn.Multiply(nn.constant(np.ones(3)), nn.NetVar(np.ones((3, 2))))
