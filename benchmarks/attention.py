@@ -25,6 +25,7 @@ import tracemalloc
 import numpy as np
 
 import nnkit as nn
+from nnkit.backend import array_module
 
 from .harness import Row, check_close, interleaved, median_ratio, optional_torch
 
@@ -47,16 +48,18 @@ class NumpyAttention:
     """The hand-written baseline, in the layout nnkit's layer uses: three projections of the
     (T·B, dim) rows, heads copied into contiguous (B, heads, T, dh) blocks, the masked softmax
     in place in the scores' buffer (``attention_core``), and a backward that keeps only the
-    attention weights."""
+    attention weights. Written against the arrays' module: W7 runs it on CuPy arrays."""
 
     def __init__(self, x, G, lengths, heads):
         T, B, D = x.shape
         self.x, self.G, self.heads = x, G, heads
-        self.keep = (np.arange(T)[None, :] < lengths[:, None])[:, None, None, :]  # (B,1,1,T)
+        keep = (np.arange(T)[None, :] < lengths[:, None])[:, None, None, :]       # (B,1,1,T)
+        self.keep = array_module(x).asarray(keep)
 
     def gradients(self, weights, biases):
         """dx, dWq, dWk, dWv, dWo, dbq, dbk, dbv, dbo."""
         x, H = self.x, self.heads
+        xp = array_module(x)
         T, B, D = x.shape
         dh = D // H
         Wq, Wk, Wv, Wo = weights
@@ -66,7 +69,7 @@ class NumpyAttention:
         def split(W, b):                                # (T·B, D) → (B, H, T, dh) blocks
             y = X @ W
             y += b
-            return np.ascontiguousarray(y.reshape(T, B, H, dh).transpose(1, 2, 0, 3))
+            return xp.ascontiguousarray(y.reshape(T, B, H, dh).transpose(1, 2, 0, 3))
 
         def merge(a):                                   # (B, H, T, dh) → (T·B, D)
             return a.transpose(2, 0, 1, 3).reshape(T * B, D)
@@ -78,7 +81,7 @@ class NumpyAttention:
         y += bo                                         # the output (unused: G is its gradient)
 
         g = self.G.reshape(T * B, D)
-        do = np.ascontiguousarray((g @ Wo.T).reshape(T, B, H, dh).transpose(1, 2, 0, 3))
+        do = xp.ascontiguousarray((g @ Wo.T).reshape(T, B, H, dh).transpose(1, 2, 0, 3))
         dq, dk, dv = backward(do)
         dQ, dK, dV = merge(dq), merge(dk), merge(dv)
         dx = dQ @ Wq.T
@@ -91,12 +94,13 @@ class NumpyAttention:
 def attention_core(q, k, v, keep):
     """Masked scaled dot-product attention by hand: (o, backward), where backward(do) gives
     (dq, dk, dv). The weights are computed in the scores' buffer and are all it keeps."""
+    xp = array_module(q)
     scale = np.float32(1 / math.sqrt(q.shape[-1]))
     a = q @ k.swapaxes(-1, -2)                          # scores, then the weights in place
     a *= scale
-    np.copyto(a, -np.inf, where=~keep)
+    xp.copyto(a, -np.inf, where=~keep)
     a -= a.max(axis=-1, keepdims=True)
-    np.exp(a, out=a)
+    xp.exp(a, out=a)
     a /= a.sum(axis=-1, keepdims=True)
 
     def backward(do):
@@ -112,8 +116,9 @@ def attention_core(q, k, v, keep):
     return a @ v, backward
 
 
-def nnkit_gradients(x, G, weights, biases, lengths, heads):
-    """A function computing the same gradients through ``nn.layers.MultiHeadAttention``."""
+def nnkit_gradients(x, G, weights, biases, lengths, heads, gpu=False):
+    """A function computing the same gradients through ``nn.layers.MultiHeadAttention`` (on the
+    GPU with ``gpu``: ``G`` is then a CuPy array; ``lengths`` stay on the host)."""
     dim = x.shape[2]
     layer = nn.layers.MultiHeadAttention(dim, heads, seed=0)
     names = ("Wq", "Wk", "Wv", "Wo")
@@ -122,6 +127,9 @@ def nnkit_gradients(x, G, weights, biases, lengths, heads):
     for name, b in zip(("bq", "bk", "bv", "bo"), biases):
         getattr(layer, name).data = b.reshape(1, -1)
     xv = nn.NetVar(x)
+    if gpu:
+        layer.to_gpu()
+        xv.to_gpu()
     parameters = [getattr(layer, name) for name in names + ("bq", "bk", "bv", "bo")]
 
     def run():
@@ -133,9 +141,9 @@ def nnkit_gradients(x, G, weights, biases, lengths, heads):
     return run
 
 
-def torch_gradients(torch, x, G, weights, biases, lengths, heads):
+def torch_gradients(torch, x, G, weights, biases, lengths, heads, device="cpu"):
     """The PyTorch contender: ``nn.MultiheadAttention`` (weights converted as
-    ``layers.MultiHeadAttention`` documents) with ``key_padding_mask``."""
+    ``layers.MultiHeadAttention`` documents) with ``key_padding_mask``, on ``device``."""
     T, B, dim = x.shape
     module = torch.nn.MultiheadAttention(dim, heads)
     Wq, Wk, Wv, Wo = weights
@@ -144,9 +152,10 @@ def torch_gradients(torch, x, G, weights, biases, lengths, heads):
         module.in_proj_bias.copy_(torch.from_numpy(np.concatenate(biases[:3])))
         module.out_proj.weight.copy_(torch.from_numpy(Wo.T.copy()))
         module.out_proj.bias.copy_(torch.from_numpy(biases[3]))
-    xt = torch.from_numpy(x).requires_grad_()
-    Gt = torch.from_numpy(G)
-    padding = torch.from_numpy(~(np.arange(T)[None, :] < lengths[:, None]))      # True = ignore
+    module.to(device)
+    xt = torch.from_numpy(x).to(device).requires_grad_()
+    Gt = torch.from_numpy(G).to(device)
+    padding = torch.from_numpy(~(np.arange(T)[None, :] < lengths[:, None])).to(device)  # ignored
 
     def run():
         module.zero_grad(set_to_none=True)

@@ -26,8 +26,39 @@ def test_page_snippets_run(page, tmp_path, monkeypatch, capsys):
     dtype = nnkit.get_dtype()
     try:
         snippets.run_page(page)
+    except ImportError as error:       # a page showing an optional package: skipped without it
+        missing = _optional_missing(error)
+        if missing is None:
+            raise
+        pytest.skip(f"{page} shows {missing}, an optional package not installed here")
     finally:
         nnkit.set_dtype(dtype)
+
+
+OPTIONAL = {"torch", "tqdm", "matplotlib", "graphviz", "safetensors", "sklearn", "mpi4py",
+            "cupy", "jupytext"}
+
+
+def _optional_missing(error):
+    """The optional package whose absence raised ``error`` (directly, or under nnkit's own
+    ImportError naming the extra to install), or None for any other import error."""
+    while error is not None:
+        name = (getattr(error, "name", None) or "").split(".")[0]
+        if isinstance(error, ModuleNotFoundError) and name in OPTIONAL:
+            return name
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def test_only_a_missing_optional_package_skips_a_page():
+    torch = ModuleNotFoundError("No module named 'torch'", name="torch")
+    assert _optional_missing(torch) == "torch"
+    try:
+        raise ImportError("ProgressBar needs tqdm") from ModuleNotFoundError(name="tqdm")
+    except ImportError as wrapped:                  # nnkit's message over the missing module
+        assert _optional_missing(wrapped) == "tqdm"
+    assert _optional_missing(ModuleNotFoundError(name="nnkit.gone")) is None
+    assert _optional_missing(ImportError("cannot import name 'x' from 'torch'")) is None
 
 
 def test_a_broken_snippet_fails_naming_its_page_and_line(tmp_path):
