@@ -34,6 +34,7 @@ LAYERS = [
     ["ops.surface"],                    # NetVar's operators and methods, over every family
     ["ops"],
     ["autodiff"],                       # grad(): gradients as values, gradients of gradients
+    ["optim.flat"],                     # small parameters updated together
     ["optim.base"],
     ["optim.gd", "optim.adam", "optim.nesterov", "optim.rmsprop", "optim.adagrad",
      "optim.modifiers", "optim.schedules"],

@@ -13,6 +13,7 @@ class AdaGrad(Optimizer):
     s starts at zero. Equals PyTorch's ``Adagrad`` (no lr decay, zero initial accumulator).
     """
     options = ("lr", "eps")
+    elementwise = True
     state_arrays = ("s",)
     state_squares = ("s",)
 

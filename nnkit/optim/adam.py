@@ -16,6 +16,7 @@ class Adam(Optimizer):
     """
     options = ("lr", "momentum", "rms", "eps")
     unit_interval = ("momentum", "rms")
+    elementwise = True
     state_arrays = ("m", "v")
     state_counts = ("t",)
     state_squares = ("v",)

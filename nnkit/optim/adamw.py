@@ -13,6 +13,7 @@ class AdamW(Adam):
     biases. Equals PyTorch's ``AdamW``.
     """
     options = ("lr", "momentum", "rms", "eps", "weight_decay")
+    elementwise = True
 
     def __init__(self, params, lr=0.001, momentum=0.9, rms=0.999, eps=1e-8, weight_decay=0.01,
                  modifiers=()):

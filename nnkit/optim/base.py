@@ -12,6 +12,7 @@ from ..arraylike import gradient_only_read
 from ..core import NetVar
 from ..hints import keyword_hint, spelling
 from ..module import Module, parameters_of, watch_replacements
+from . import flat
 
 _ndarray = numpy.ndarray
 
@@ -47,6 +48,11 @@ class Optimizer:
     Modifiers (``modifiers=[...]`` or ``add_modifier``) run inside ``step()`` in this order:
     every gradient modifier, in the order attached (clipping, decay, freezing), then the
     update, then every weight modifier, in the order attached (norm constraints).
+
+    An optimizer whose ``_update`` treats each element alone declares ``elementwise = True``:
+    ``step()`` then updates runs of small parameters of one group and dtype as one flat array
+    (``optim/flat.py``: far fewer NumPy calls, the same bits); their state arrays are views
+    into the run's flat arrays.
 
     ``state_dict()`` / ``load_state_dict()`` save and restore the options and each
     parameter's state (arrays and plain numbers); the state arrays live on the parameter's
@@ -84,6 +90,7 @@ class Optimizer:
     state_counts = ()      # a parameter's step counts (ints >= 1)
     state_squares = ()     # state arrays of running squares (never negative)
 
+    elementwise = False    # _update treats each element alone: small parameters update together
     _replaced = None       # [(where, owner, attribute, parameters)] replaced: step() refuses
 
     def __new__(cls, *args, **keywords):
@@ -310,21 +317,26 @@ class Optimizer:
                 attributes.clear()
                 attributes.update(record)
             raise
+        items = []              # (position, parameter, group, gradient), frozen ones left out
+        for (position, p, group), g in zip(pending, grads):
+            p.reset()                           # (the zeros a read made are not kept alive)
+            if g is not None:
+                if self.state[position]:
+                    _follow(p, self.state[position])
+                items.append((position, p, group, g))
         updated = []
         defaults = current = None
         try:
-            for (position, p, group), g in zip(pending, grads):
-                p.reset()                       # (the zeros a read made are not kept alive)
-                if g is None:           # a frozen parameter
-                    continue
+            for run in flat.runs(self, items):  # small parameters together (optim/flat.py)
+                position, p, group, g = run[0]
                 if group is not current:
                     defaults = self._enter(group, defaults)
                     current = group
-                state = self.state[position]
-                if state:
-                    _follow(p, state)
-                self._update(p, g, state)
-                updated.append(p)
+                if len(run) == 1:
+                    self._update(p, g, self.state[position])
+                else:
+                    flat.update(self, run)
+                updated += [item[1] for item in run]
         finally:
             self._restore(defaults)
         for modifier in self.modifiers:

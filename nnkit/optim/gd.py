@@ -14,6 +14,7 @@ class GD(Optimizer):
     """
     options = ("lr", "momentum")
     unit_interval = ("momentum",)
+    elementwise = True
     state_arrays = ("m",)
 
     def __init__(self, params, lr=0.1, momentum=0.9, modifiers=()):

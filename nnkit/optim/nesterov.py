@@ -14,6 +14,7 @@ class Nesterov(Optimizer):
     """
     options = ("lr", "momentum")
     unit_interval = ("momentum",)
+    elementwise = True
     state_arrays = ("v",)
 
     def __init__(self, params, lr=0.01, momentum=0.9, modifiers=()):

@@ -15,6 +15,7 @@ class RMSProp(Optimizer):
     """
     options = ("lr", "rms", "eps")
     unit_interval = ("rms",)
+    elementwise = True
     state_arrays = ("v",)
     state_squares = ("v",)
 

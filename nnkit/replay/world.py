@@ -174,7 +174,8 @@ class World:
                 for holder in self.modules + self.owners]
         if optimizers:
             for optimizer in self.optimizers:
-                held.append((optimizer, _shallow(vars(optimizer))))
+                # (its runs of small parameters are made by a first step: optim/flat.py)
+                held.append((optimizer, _shallow(vars(optimizer), ("_flat_runs",))))
                 held.extend((group, _shallow(group)) for group in optimizer.param_groups)
         return held
 
