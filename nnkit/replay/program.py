@@ -189,7 +189,7 @@ def _moved(value, moved):
     if kind is _ndarray:
         return moved.get(id(value), value)
     if kind is tuple or kind is list:
-        return kind(_moved(item, moved) for item in value)
+        return kind([_moved(item, moved) for item in value])
     if kind is dict:
         return {key: _moved(item, moved) for key, item in value.items()}
     return value
@@ -206,8 +206,9 @@ def _address(array):
 def readers(instructions, buffers):
     """Where a program's ``instructions`` read the input ``buffers`` (None for an input that
     has none) or views of them: ``[(index, function, args, views)]``, ``views`` the arrays of
-    those ``args`` that are an input's, as ``(k, view, offset)``. Inputs read through a keyword
-    bound into a partial are left out (a copy of them is handed in)."""
+    those ``args`` that are an input's, as ``(k, view, offset, path)`` (``path``: where in
+    ``args`` the view sits). Inputs read through a keyword bound into a partial are left out (a
+    copy of them is handed in)."""
     roots = {id(buffer): k for k, buffer in enumerate(buffers) if buffer is not None}
     for function, _ in instructions:
         if isinstance(function, functools.partial):
@@ -215,22 +216,56 @@ def readers(instructions, buffers):
                 roots.pop(id(_root(array)), None)
     found = []
     for index, (function, args) in enumerate(instructions):
-        views = [(roots[id(_root(view))], view, _address(view) - _address(_root(view)))
-                 for view in _arrays(args) if id(_root(view)) in roots]
+        views = [(roots[id(_root(view))], view, _address(view) - _address(_root(view)), path)
+                 for path, view in _paths(args) if id(_root(view)) in roots]
         if views:
             found.append((index, function, args, views))
     return found
 
 
+def _paths(value, path=()):
+    """``(path, array)`` for each array in ``value`` and its tuples, lists and dicts."""
+    kind = type(value)
+    if kind is _ndarray:
+        yield path, value
+    elif kind is tuple or kind is list:
+        for position, item in enumerate(value):
+            yield from _paths(item, path + (position,))
+    elif kind is dict:
+        for key, item in value.items():
+            yield from _paths(item, path + (key,))
+
+
 def read_from(instructions, found, arrays, changed):
     """Point the instructions ``found`` (``readers``) that read the inputs ``changed`` at the
     same views of ``arrays`` (by input: its buffer, or an array of its shape, dtype and
-    layout)."""
+    layout), rebuilding only the tuples on the way to each view."""
     for index, function, args, views in found:
-        if any(k in changed for k, _, _ in views):
-            moved = {id(view): numpy.ndarray(view.shape, view.dtype, arrays[k], offset,
-                                             view.strides) for k, view, offset in views}
-            instructions[index] = function, _moved(args, moved)
+        if any(k in changed for k, _, _, _ in views):
+            for k, view, offset, path in views:
+                args = _replaced(args, path, _same_view(view, arrays[k], offset))
+            instructions[index] = function, args
+
+
+def _replaced(value, path, new):
+    """``value`` with ``new`` at ``path`` (copies of the containers on the way)."""
+    if not path:
+        return new
+    head = path[0]
+    if type(value) is dict:
+        copy = dict(value)
+    else:
+        copy = list(value)
+    copy[head] = _replaced(value[head], path[1:], new)
+    return copy if type(value) is not tuple else tuple(copy)
+
+
+def _same_view(view, array, offset):
+    """The view of ``array`` that ``view`` is of its input's buffer: the array itself when the
+    view is the whole buffer (most inputs), else the same offset, shape and strides."""
+    if offset == 0 and view.shape == array.shape and view.strides == array.strides:
+        return array
+    return numpy.ndarray(view.shape, view.dtype, array, offset, view.strides)
 
 
 def written(rec, array):

@@ -1,6 +1,7 @@
 """``Schedule``: one signature's recording. ``record`` runs the step once with Traced arrays
 handed in and takes the plain ones back out; ``replay`` copies the inputs in, runs the program
 and hands out what eager would leave; ``save``/``restore`` serve the check against eager."""
+import collections
 import copy
 import gc
 import operator
@@ -15,6 +16,8 @@ from .instructions import GuardFailed, _arrays, _draw, _root
 from .program import program, read_from, readers, written
 from .record import Recording, Traced, Unrecordable, patched, plain
 from .world import World, changed, failed_guard
+
+_COPIED = 64 * 1024     # bytes per reading instruction: an input smaller is copied in
 
 _ndarray = numpy.ndarray
 
@@ -261,13 +264,17 @@ class Schedule:
 
     def _find_readers(self):
         """Which instructions read each input buffer (``readers``), for the inputs a replay can
-        hand over as they are (``direct``): those the schedule does not also hand out."""
+        hand over as they are (``direct``): those the schedule does not also hand out, large
+        enough that copying them would cost more than pointing their readers at them (about
+        2 µs an instruction, the time to copy 64 KiB: a small batch is copied)."""
         elsewhere = {id(_root(array)) for array in _arrays((
             self.entries, self.grads_out, self.input_grads, self.outs, self.outputs))}
         self.readers = readers(self.program, [
             None if buffer is None or id(buffer) in elsewhere else buffer
             for buffer in self.inputs])
-        self.direct = {k for _, _, _, views in self.readers for k, _, _ in views}
+        count = collections.Counter(k for _, _, _, views in self.readers
+                                    for k in {view[0] for view in views})
+        self.direct = {k for k, n in count.items() if self.inputs[k].nbytes > _COPIED * n}
         self.reading = list(self.inputs)        # what the instructions read now, by input
 
     def _hand_over(self, inputs):

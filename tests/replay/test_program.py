@@ -83,15 +83,30 @@ def _written_buffers(schedule):
     return seen.values()
 
 
-def test_the_replay_reads_the_callers_input_itself_as_eager_does():
-    """A C-ordered input is read where it lies (no copy): changing it between calls in place
-    changes what the next call computes, as it does eagerly."""
-    x = np.arange(12.0).reshape(4, 3)
+def _reads(captured, array):
+    """Whether an instruction of the capture's one schedule reads ``array`` itself."""
+    schedule, = captured.schedules.values()
+    return any(value is array for _, args in schedule.program for value in _flat(args))
+
+
+def _flat(value):
+    if isinstance(value, (tuple, list)):
+        return [v for item in value for v in _flat(item)]
+    return [value]
+
+
+@pytest.mark.parametrize("rows", [4, 4000])
+def test_the_replay_reads_a_large_input_itself_and_copies_a_small_one(rows):
+    """A large C-ordered input is read where it lies (no copy), a small one copied in (cheaper
+    than pointing its readers at it); either way changing it between calls in place changes
+    what the next call computes, as it does eagerly."""
+    x = np.arange(rows * 3.0).reshape(rows, 3) / rows
 
     def step(x):
         return nn.Sum(nn.Tanh(nn.NetVar(x, requires_grad=False)) * 2.0, axis=1)
 
     results, captured = replayed(step, [(x,), (x,)])
+    assert _reads(captured, x) == (rows == 4000)        # 96,000 bytes, one reader
     x *= -0.5                                   # in place: the same object next call
     again = np.array(captured(x).data)
     assert again.tobytes() == np.array(step(x).data).tobytes()
