@@ -155,23 +155,7 @@ def _plain_chain_times(rounds, number, kinds, x0, a0, b):
         return [x.g]
 
     def numpy_step():
-        h, saved = x0, []
-        for kind in kinds:
-            if kind == "add":
-                h = h + a0
-            elif kind == "mul":
-                h = h * b
-            else:
-                h = np.tanh(h)
-                saved.append(h)
-        g = np.ones_like(h)
-        for kind in reversed(kinds):
-            if kind == "mul":
-                g = g * b
-            elif kind == "tanh":
-                y = saved.pop()
-                g = g * (1 - y * y)
-        return [g]
+        return chain_by_hand(kinds, x0, a0, b)
 
     contenders = {"nnkit": nnkit_step, "numpy": numpy_step}
     reference = numpy_step()
@@ -190,6 +174,28 @@ def _plain_chain_times(rounds, number, kinds, x0, a0, b):
         check_close("W1 plain operands (PyTorch)", [v.numpy() for v in torch_step()], reference)
         contenders["torch"] = torch_step
     return interleaved(contenders, rounds, number)
+
+
+def chain_by_hand(kinds, x0, a0, b, xp=np):
+    """W1's chain with plain operands by hand, forward then backward: [dx] (on CuPy arrays with
+    ``xp=cupy``, for W7)."""
+    h, saved = x0, []
+    for kind in kinds:
+        if kind == "add":
+            h = h + a0
+        elif kind == "mul":
+            h = h * b
+        else:
+            h = xp.tanh(h)
+            saved.append(h)
+    g = xp.ones_like(h)
+    for kind in reversed(kinds):
+        if kind == "mul":
+            g = g * b
+        elif kind == "tanh":
+            y = saved.pop()
+            g = g * (1 - y * y)
+    return [g]
 
 
 def _unrolled(batch, hidden, seed=0):

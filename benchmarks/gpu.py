@@ -101,23 +101,7 @@ def _chain_row(cp, torch, rounds, sync, ops=300):
         return [x.g]
 
     def by_hand():
-        h, saved = x0, []
-        for kind in kinds:
-            if kind == "add":
-                h = h + a0
-            elif kind == "mul":
-                h = h * b0
-            else:
-                h = cp.tanh(h)
-                saved.append(h)
-        g = cp.ones_like(h)
-        for kind in reversed(kinds):
-            if kind == "mul":
-                g = g * b0
-            elif kind == "tanh":
-                y = saved.pop()
-                g = g * (1 - y * y)
-        return [g]
+        return chain.chain_by_hand(kinds, x0, a0, b0, cp)
 
     check_close("W7 GPU: W1", ours(), by_hand())
     contenders = {"nnkit": _synchronized(ours, sync), "numpy": _synchronized(by_hand, sync)}
