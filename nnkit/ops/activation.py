@@ -19,7 +19,7 @@ from .. import backend, checks
 from ..core import NetOp, NetVar
 from ..dtypes import wide
 from ..hints import no_input
-from .math import Where
+from .math import Where, last_sum
 from .shape import keyword_error, narrowed, normalize_axis, widened
 
 
@@ -106,7 +106,7 @@ def softmax(x, axis=-1, mask=None, overwrite=False):
         top[top == -xp.inf] = 0         # nothing kept: −inf − (−inf) would be NaN
     e = xp.subtract(x, top, out=x) if overwrite else x - top
     xp.exp(e, out=e)
-    total = e.sum(axis=axis, keepdims=True)
+    total = last_sum(e) if axis in (-1, e.ndim - 1) else e.sum(axis=axis, keepdims=True)
     if mask is not None:
         total[total == 0] = 1           # nothing kept: 0 / 1 = 0, not 0 / 0
     e /= total

@@ -14,6 +14,7 @@ from ..core import NetOp, NetVar
 from ..hints import refuse_layer_calls
 from ..dtypes import get_dtype, wide
 from ..modes import is_training
+from .math import last_dot, last_sum
 from .shape import narrowed, widened
 
 
@@ -131,15 +132,19 @@ class _Normalization(NetOp):
             else:
                 dxhat = self._g * gamma._data.reshape(self.pshape)
             if self.batch_stats:
-                product = dxhat * self.xhat
-                mean_product = product.mean(axis=self.stat_axes, keepdims=True)
-                mean = dxhat.mean(axis=self.stat_axes, keepdims=True)
+                if self.stat_axes == (-1,):     # LayerNorm's rows: one pass each (math.py)
+                    n, product = dxhat.shape[-1], None
+                    mean_product, mean = last_dot(dxhat, self.xhat) / n, last_sum(dxhat) / n
+                else:
+                    product = dxhat * self.xhat
+                    mean_product = product.mean(axis=self.stat_axes, keepdims=True)
+                    mean = dxhat.mean(axis=self.stat_axes, keepdims=True)
                 if dxhat is self._g:            # the upstream gradient may be shared
                     dxhat = dxhat - mean
                 else:
                     dxhat -= mean
-                dxhat -= backend.array_module(product).multiply(self.xhat, mean_product,
-                                                                out=product)
+                dxhat -= backend.array_module(dxhat).multiply(self.xhat, mean_product,
+                                                              out=product)
             if dxhat is self._g:
                 dxhat = self.inv * dxhat
             else:
@@ -175,9 +180,15 @@ def _standardize(xd, axes, eps):
     mean and variance of float16 data in float32, for the running statistics)."""
     xp = backend.array_module(xd)
     xw = wide(xd)       # float16: σ² overflows at σ > 256 although x̂ and 1/σ fit
-    mean = xw.mean(axis=axes, keepdims=True)
-    centred = xw - mean
-    var = (centred * centred).mean(axis=axes, keepdims=True)
+    if axes == (-1,):   # LayerNorm's rows: one pass each (math.py)
+        n = xw.shape[-1]
+        mean = last_sum(xw) / n
+        centred = xw - mean
+        var = last_dot(centred, centred) / n
+    else:
+        mean = xw.mean(axis=axes, keepdims=True)
+        centred = xw - mean
+        var = (centred * centred).mean(axis=axes, keepdims=True)
     inv = 1 / xp.sqrt(var + eps)
     centred *= inv                                  # x̂, in the centred values' array
     return centred.astype(xd.dtype, copy=False), inv.astype(xd.dtype), mean, var

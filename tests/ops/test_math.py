@@ -159,3 +159,20 @@ def test_hvp_through_the_elementwise_math_ops(torch, rng):
 
     assert_same_hvp(ours, theirs, [rng.standard_normal((3, 4)), rng.standard_normal((1, 4))],
                     rng)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7,), (5, 1), (3, 64), (2, 3, 65), (0, 4)])
+def test_sums_over_the_last_axis_equal_numpys(shape, dtype):
+    from nnkit.ops.math import last_dot, last_sum
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shape).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
+    tol = {np.float16: 1e-2, np.float32: 1e-5, np.float64: 1e-13}[dtype]
+    for x in (a, np.swapaxes(a, 0, -1).copy().swapaxes(0, -1)):       # C order, and not
+        found = last_sum(x)
+        assert found.shape == x.shape[:-1] + (1,) and found.dtype == x.dtype
+        np.testing.assert_allclose(found, x.sum(axis=-1, keepdims=True), rtol=tol, atol=tol)
+    found = last_dot(a, b)
+    assert found.shape == a.shape[:-1] + (1,) and found.dtype == a.dtype
+    np.testing.assert_allclose(found, (a * b).sum(axis=-1, keepdims=True), rtol=tol, atol=tol)
