@@ -895,3 +895,24 @@ def test_the_observer_of_the_contributing_guide_sees_every_backward_step(rng):
     finally:
         core.observers.remove(counter)
     assert counter.counts == {"Tanh": 1, "Mul": 1, "Sum": 1}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("shape, to", [((2048, 64), (1, 64)), ((2048, 64), (64,)),
+                                       ((5, 3, 4), (4,)), ((5, 3, 4), (1, 1, 4)),
+                                       ((5, 3, 4), (3, 1)), ((5, 3, 4), (5, 1, 4)),
+                                       ((0, 4), (1, 4)), ((4, 1), (1, 1)), ((6, 4), (6, 4))])
+def test_unbroadcast_sums_the_broadcast_axes_as_numpy_does(shape, to, dtype):
+    # a bias's gradient (every axis but the last) is one vector-matrix product; other axes and
+    # dtypes NumPy's sum; both within a few ulps of the sum in float64
+    from nnkit.gradients import unbroadcast
+    g = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    for given in (g, np.asfortranarray(g)):
+        found = unbroadcast(given, to)
+        assert found.shape == to and found.dtype == g.dtype
+        extra = len(shape) - len(to)
+        axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(to)
+                                           if n == 1 and shape[extra + i] != 1)
+        exact = given.astype(np.float64).sum(axis=axes).reshape(to)
+        tol = {np.float16: 5e-3, np.float32: 2e-4, np.float64: 1e-12}[dtype]
+        np.testing.assert_allclose(found.astype(np.float64), exact, rtol=tol, atol=tol)
