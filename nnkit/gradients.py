@@ -38,7 +38,7 @@ def unbroadcast(g, shape):
     return g
 
 
-_BLAS_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+BLAS_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))   # BLAS sums them
 
 
 def _summed(g, axes):
@@ -48,7 +48,7 @@ def _summed(g, axes):
     it (within a few ulps of NumPy's). float16 is summed in float32: summed in float16, 2,048
     rows of a bias's gradient came out 3 % off."""
     if axes == tuple(range(g.ndim - 1)) and isinstance(g, numpy.ndarray) and g.ndim > 1 and \
-            g.dtype in _BLAS_FLOATS and g.flags.c_contiguous:
+            g.dtype in BLAS_FLOATS and g.flags.c_contiguous:
         n = g.shape[-1]
         rows = g.size // n if n else 0
         return (numpy.ones(rows, g.dtype) @ g.reshape(rows, n)).reshape((1,) * len(axes) + (n,))

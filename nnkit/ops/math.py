@@ -10,11 +10,9 @@ import numpy
 
 from .. import backend, core
 from ..core import NetOp, NetVar
+from ..gradients import BLAS_FLOATS
 from ..modes import is_grad_enabled
 from .arithmetic import _nodes
-
-
-_BLAS_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
 def last_sum(a):
@@ -23,7 +21,7 @@ def last_sum(a):
     LayerNorm), so a C-ordered float32 or float64 NumPy array is summed as ``a @ ones``,
     rounded as BLAS rounds a dot product (within a few ulps of NumPy's pairwise sum)."""
     n = a.shape[-1] if a.ndim else 0
-    if not isinstance(a, numpy.ndarray) or a.dtype not in _BLAS_FLOATS or a.ndim < 2 or n < 2 \
+    if not isinstance(a, numpy.ndarray) or a.dtype not in BLAS_FLOATS or a.ndim < 2 or n < 2 \
             or not a.flags.c_contiguous:
         return a.sum(axis=-1, keepdims=True)
     return (a.reshape(-1, n) @ numpy.ones(n, a.dtype)).reshape(a.shape[:-1] + (1,))

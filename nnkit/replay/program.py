@@ -252,12 +252,9 @@ def _replaced(value, path, new):
     if not path:
         return new
     head = path[0]
-    if type(value) is dict:
-        copy = dict(value)
-    else:
-        copy = list(value)
-    copy[head] = _replaced(value[head], path[1:], new)
-    return copy if type(value) is not tuple else tuple(copy)
+    items = dict(value) if type(value) is dict else list(value)
+    items[head] = _replaced(value[head], path[1:], new)
+    return tuple(items) if type(value) is tuple else items
 
 
 def _same_view(view, array, offset):
