@@ -5,11 +5,14 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import nnkit as nn
 from nnkit.optim import flat
+from tests.reliability.helpers import PROPERTY
 
-SHAPES = [(3, 4), (1, 4), (4, 2), (1, 2), (1, 1), (5,), ()]
+SHAPES = [(3, 4), (1, 4), (4, 2), (1, 2), (1, 1), (5,), (), (3, 4)]
 
 OPTIMIZERS = {
     "GD": lambda ps: nn.GD(ps, lr=0.1, momentum=0.0),
@@ -142,3 +145,68 @@ def test_parameters_sharing_memory_are_updated_apart_in_order():
     optimizer.step()        # one by one: the second update starts from the first's result
     np.testing.assert_array_equal(shared, -2 * np.ones((1, 3)))
     np.testing.assert_array_equal(third.data, -np.ones((1, 3)))
+
+
+EVENTS = ("step", "skip one", "forget a state", "load a checkpoint", "edit a state",
+          "change lr", "edit a parameter", "add a group", "replace a parameter's data",
+          "float64 data", "share another's array")
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from(EVENTS), min_size=1, max_size=14),
+       st.sampled_from(sorted(OPTIMIZERS)), st.integers(0, 2 ** 16))
+def test_any_sequence_of_steps_and_edits_gives_the_bits_of_one_by_one(events, name, seed):
+    ours, theirs = _model(np.float32, seed), _model(np.float32, seed)
+    fused, apart = OPTIMIZERS[name](ours), OPTIMIZERS[name](theirs)
+    rngs = np.random.default_rng(seed), np.random.default_rng(seed)
+    pick = np.random.default_rng(seed + 1)
+    for event in events + ["step"]:
+        choice = int(pick.integers(0, len(ours)))
+        for optimizer, params, rng, alone in ((fused, ours, rngs[0], False),
+                                              (apart, theirs, rngs[1], True)):
+            if event in ("step", "skip one"):
+                skip = (choice,) if event == "skip one" else ()
+                if alone:
+                    with _Apart():
+                        _step(optimizer, params, rng, skip)
+                else:
+                    _step(optimizer, params, rng, skip)
+            elif event == "forget a state":
+                optimizer.state[choice] = {}
+            elif event == "load a checkpoint":
+                optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+            elif event == "edit a state":
+                for key, value in optimizer.state[choice].items():
+                    if isinstance(value, np.ndarray):
+                        value[...] *= 0.5
+            elif event == "change lr":
+                optimizer.param_groups[-1]["lr"] = 0.003
+            elif event == "edit a parameter":
+                params[choice].data[...] += 1.0
+            elif event == "add a group":
+                extra = nn.NetVar(np.full((2, 2), 0.5, np.float32))
+                params.append(extra)
+                optimizer.add_param_group({"params": [extra]})
+            elif event == "replace a parameter's data":
+                params[choice].data = params[choice].data * 1.5
+            elif event == "float64 data":
+                params[choice].data = params[choice].data.astype(np.float64)
+            else:                                   # two parameters over one array
+                same = [k for k, p in enumerate(params)
+                        if p.shape == params[choice].shape and k != choice]
+                if same:
+                    params[choice].data = params[same[0]].data
+        _assert_same(ours, theirs, fused, apart)
+
+
+def test_a_parameter_given_anothers_array_between_steps_is_updated_apart():
+    ours, theirs = _model(np.float32), _model(np.float32)
+    fused, apart = nn.Adam(ours, lr=0.01), nn.Adam(theirs, lr=0.01)
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    for step in range(4):
+        if step == 2:               # the last (3, 4) parameter now updates the first's array
+            ours[-1].data, theirs[-1].data = ours[0].data, theirs[0].data
+        _step(fused, ours, rng_a)
+        with _Apart():
+            _step(apart, theirs, rng_b)
+        _assert_same(ours, theirs, fused, apart)
