@@ -106,11 +106,16 @@ def softmax(x, axis=-1, mask=None, overwrite=False):
         top[top == -xp.inf] = 0         # nothing kept: −inf − (−inf) would be NaN
     e = xp.subtract(x, top, out=x) if overwrite else x - top
     xp.exp(e, out=e)
-    total = last_sum(e) if axis in (-1, e.ndim - 1) else e.sum(axis=axis, keepdims=True)
+    total = _sum(e, axis)
     if mask is not None:
         total[total == 0] = 1           # nothing kept: 0 / 1 = 0, not 0 / 0
     e /= total
     return e
+
+
+def _sum(a, axis):
+    """Σ over ``axis``, kept; over the last axis through BLAS (``math.last_sum``)."""
+    return last_sum(a) if axis in (-1, a.ndim - 1) else a.sum(axis=axis, keepdims=True)
 
 
 def sigmoid(x, xp):
@@ -241,7 +246,7 @@ class SoftMax(NetOp):
             except (ValueError, TypeError):
                 raise _max_refused("SoftMax", xd, axis) from None
             y = xp.exp(xd - top)
-            y /= y.sum(axis=axis, keepdims=True)
+            y /= _sum(y, axis)
         else:
             if xd.shape[axis] == 0:
                 raise _max_refused("SoftMax", xd, axis)
@@ -291,13 +296,13 @@ class LogSoftmax(NetOp):
             except (ValueError, TypeError):
                 raise _max_refused("LogSoftmax", xd, axis) from None
             y = xd - y
-            total = xp.exp(y).sum(axis=axis, keepdims=True)
+            total = _sum(xp.exp(y), axis)
         else:
             y = xp.where(mask, xd, -xp.inf)
             top = _max("LogSoftmax", y, axis)
             top[top == -xp.inf] = 0             # nothing kept: −inf − (−inf) would be NaN
             y -= top
-            total = xp.exp(y).sum(axis=axis, keepdims=True)
+            total = _sum(xp.exp(y), axis)
             total[total == 0] = 1               # nothing kept: ln 1 = 0, and y stays −inf
         try:
             y -= xp.log(total)                  # in place: y is a fresh float array...

@@ -86,8 +86,11 @@ class Attention(NetOp):
                                 f"{scores} of {shapes}", xp)
             keep = mask if keep is None else keep & mask
 
-        s = qd @ xp.swapaxes(kd, -1, -2)
-        s *= scale
+        if qd.shape[-1] < Tk:   # the scale on q, the smaller: one pass fewer over the scores
+            s = (qd * scale) @ xp.swapaxes(kd, -1, -2)
+        else:
+            s = qd @ xp.swapaxes(kd, -1, -2)
+            s *= scale
         if keep is not None and keep.ndim > 2:
             # a mask with leading axes that only v has (q, k shared by a batch of values)
             target = numpy.broadcast_shapes(s.shape, keep.shape)
