@@ -21,7 +21,7 @@ from ..dtypes import wide
 from .activation import LogSoftmax, Sigmoid, sigmoid
 from .loss import (Loss, _check_range, _pair, _same_positions, _scalar, _total, _upstream,
                    _upstream_node, _valid_mask)
-from .math import Where, last_sum
+from .math import Where
 from .shape import narrowed, widened
 
 
@@ -174,7 +174,7 @@ class SoftmaxCELoss(Loss):
         td = t._data if isinstance(t, NetVar) else xp.asarray(t)
         z2 = zd.reshape(M, C)
         shifted = z2 - z2.max(axis=1, keepdims=True)
-        logp = shifted - xp.log(last_sum(xp.exp(shifted)))
+        logp = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
         valid = _valid_mask("SoftmaxCELoss", lead, mask, lengths, xp)
         valid = None if valid is None else valid.reshape(M)
         weight = _class_weight("SoftmaxCELoss", weight, C, zd.dtype, xp)
