@@ -33,6 +33,13 @@ def wide(array):
     return array.astype(numpy.float32) if array.dtype == numpy.float16 else array
 
 
+def wide_sum(a, **how):
+    """``a.sum(**how)`` (``axis``, ``keepdims``), accumulated in float32 when ``a`` is float16
+    and given in float32 then: float16 stops at 65504, so a sum over many elements, or of large
+    ones, was inf where a mean of them fits."""
+    return a.sum(dtype=numpy.float32, **how) if a.dtype == numpy.float16 else a.sum(**how)
+
+
 def as_array(data, dtype=None, owner="NetVar"):
     """The dtype policy: float arrays keep their dtype, everything else becomes nnkit's dtype."""
     if dtype is not None and numpy.dtype(dtype).kind not in "biufc":

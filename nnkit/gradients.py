@@ -11,6 +11,7 @@ import numbers
 import numpy
 
 from . import backend
+from .dtypes import wide_sum
 
 __all__ = ["unbroadcast"]
 
@@ -52,9 +53,7 @@ def _summed(g, axes):
         n = g.shape[-1]
         rows = g.size // n if n else 0
         return (numpy.ones(rows, g.dtype) @ g.reshape(rows, n)).reshape((1,) * len(axes) + (n,))
-    if g.dtype == numpy.float16:        # accumulated in float32, as PyTorch's half sums are
-        return g.sum(axis=axes, keepdims=True, dtype=numpy.float32).astype(numpy.float16)
-    return g.sum(axis=axes, keepdims=True)
+    return wide_sum(g, axis=axes, keepdims=True).astype(g.dtype, copy=False)
 
 
 def conform(g, node):

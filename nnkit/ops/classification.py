@@ -179,12 +179,13 @@ class SoftmaxCELoss(Loss):
         valid = None if valid is None else valid.reshape(M)
         weight = _class_weight("SoftmaxCELoss", weight, C, zd.dtype, xp)
         self.indices = td.dtype.kind in "iub"
+        self.shielded = valid is not None or ignore_index is not None or weight is not None
         if self.indices:
             self.idx, self.coef, self.denominator = _index_shares(
                 "SoftmaxCELoss", "logits", td, zd, valid, weight, ignore_index)
             picked = logp[xp.arange(M), self.idx]
-            if valid is not None or ignore_index is not None or weight is not None:
-                picked = _counted(picked, self.coef, xp)    # (else no share is 0)
+            if self.shielded:                           # (else no share is 0)
+                picked = _counted(picked, self.coef, xp)
             value = -(picked * self.coef).sum()
         else:
             if ignore_index is not None:
@@ -206,7 +207,6 @@ class SoftmaxCELoss(Loss):
         value = _nan_if_empty(value, self.denominator, xp)
         self.logp = logp
         self.weight = weight
-        self.shielded = valid is not None or ignore_index is not None or weight is not None
         parents = (z, t) if isinstance(t, NetVar) else (z,)
         super().__init__(_scalar(value, xp).astype(zd.dtype, copy=False), *parents)
 

@@ -16,7 +16,7 @@ import numpy
 
 from .. import backend, checks, core
 from ..core import NetOp, NetVar, constant
-from ..dtypes import wide
+from ..dtypes import wide, wide_sum
 from .math import Where
 from .shape import widened
 
@@ -81,11 +81,10 @@ def _scalar(value, xp, dtype=None):
 
 
 def _total(a):
-    """Σ a, in float32 for float16 ``a``. A float16 loss sums and divides in float32 and gives
-    float16, as PyTorch's half losses do: float16 stops at 65504, so a sum over many elements
-    overflowed to inf, and a count above 65504 (inf in float16) made the loss or its gradient
-    0, where the mean itself fits."""
-    return a.sum(dtype=numpy.float32) if a.dtype == numpy.float16 else a.sum()
+    """Σ a, in float32 for float16 ``a`` (``dtypes.wide_sum``). A float16 loss sums and divides
+    in float32 and gives float16, as PyTorch's half losses do: a count above 65504 too (inf in
+    float16) made the loss or its gradient 0."""
+    return wide_sum(a)
 
 
 def _upstream(loss):

@@ -10,27 +10,30 @@ import numpy
 
 from .. import backend, core
 from ..core import NetOp, NetVar
+from ..dtypes import wide_sum
 from ..gradients import BLAS_FLOATS
 from ..modes import is_grad_enabled
 from .arithmetic import _nodes
 
 
 def last_sum(a):
-    """Σ over the last axis, kept (shape (..., 1)). NumPy's sum along a short last axis runs a
-    loop per row, 6× slower than a matrix-vector product at (8192, 64) (attention's softmax,
-    LayerNorm), so a C-ordered float32 or float64 NumPy array is summed as ``a @ ones``,
-    rounded as BLAS rounds a dot product (within a few ulps of NumPy's pairwise sum)."""
+    """Σ over the last axis, kept (shape (..., 1)); float16 in float32 (``dtypes.wide_sum``).
+    NumPy's sum along a short last axis runs a loop per row, 6× slower than a matrix-vector
+    product at (8192, 64) (attention's softmax, LayerNorm), so a C-ordered float32 or float64
+    NumPy array is summed as ``a @ ones``, rounded as BLAS rounds a dot product (within a few
+    ulps of NumPy's pairwise sum)."""
     n = a.shape[-1] if a.ndim else 0
     if not isinstance(a, numpy.ndarray) or a.dtype not in BLAS_FLOATS or a.ndim < 2 or n < 2 \
             or not a.flags.c_contiguous:
-        return a.sum(axis=-1, keepdims=True)
+        return wide_sum(a, axis=-1, keepdims=True)
     return (a.reshape(-1, n) @ numpy.ones(n, a.dtype)).reshape(a.shape[:-1] + (1,))
 
 
 def last_dot(a, b):
     """Σ a·b over the last axis, kept (shape (..., 1)), in one pass without an array of a's
-    size (einsum)."""
-    return backend.array_module(a).einsum("...i,...i->...", a, b)[..., None]
+    size (einsum); float16 in float32, as ``last_sum``."""
+    wide = {"dtype": numpy.float32} if a.dtype == numpy.float16 else {}
+    return backend.array_module(a).einsum("...i,...i->...", a, b, **wide)[..., None]
 
 
 class Sqrt(NetOp):

@@ -180,15 +180,11 @@ def _standardize(xd, axes, eps):
     mean and variance of float16 data in float32, for the running statistics)."""
     xp = backend.array_module(xd)
     xw = wide(xd)       # float16: σ² overflows at σ > 256 although x̂ and 1/σ fit
-    if axes == (-1,):   # LayerNorm's rows: one pass each (math.py)
-        n = xw.shape[-1]
-        mean = last_sum(xw) / n
-        centred = xw - mean
-        var = last_dot(centred, centred) / n
-    else:
-        mean = xw.mean(axis=axes, keepdims=True)
-        centred = xw - mean
-        var = (centred * centred).mean(axis=axes, keepdims=True)
+    rows = axes == (-1,)    # LayerNorm's rows: one pass each (math.py)
+    mean = last_sum(xw) / xw.shape[-1] if rows else xw.mean(axis=axes, keepdims=True)
+    centred = xw - mean
+    var = last_dot(centred, centred) / xw.shape[-1] if rows else \
+        (centred * centred).mean(axis=axes, keepdims=True)
     inv = 1 / xp.sqrt(var + eps)
     centred *= inv                                  # x̂, in the centred values' array
     return centred.astype(xd.dtype, copy=False), inv.astype(xd.dtype), mean, var

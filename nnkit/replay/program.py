@@ -137,8 +137,7 @@ def _shared(instructions, pinned, trusted):
     for key, memory in homes.items():
         start = _address(roots[key])
         for array in views[key].values():
-            moved[id(array)] = numpy.ndarray(array.shape, array.dtype, memory,
-                                             _address(array) - start, array.strides)
+            moved[id(array)] = _same_view(array, memory, _address(array) - start)
     return [(function, _moved(args, moved), _moved(kwargs, moved))
             for function, args, kwargs, _ in instructions]
 
@@ -260,7 +259,8 @@ def _replaced(value, path, new):
 def _same_view(view, array, offset):
     """The view of ``array`` that ``view`` is of its input's buffer: the array itself when the
     view is the whole buffer (most inputs), else the same offset, shape and strides."""
-    if offset == 0 and view.shape == array.shape and view.strides == array.strides:
+    if offset == 0 and view.shape == array.shape and view.strides == array.strides and \
+            view.dtype == array.dtype:
         return array
     return numpy.ndarray(view.shape, view.dtype, array, offset, view.strides)
 

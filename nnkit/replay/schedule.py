@@ -1,5 +1,5 @@
 """``Schedule``: one signature's recording. ``record`` runs the step once with Traced arrays
-handed in and takes the plain ones back out; ``replay`` copies the inputs in, runs the program
+handed in and takes the plain ones back out; ``replay`` hands the inputs over, runs the program
 and hands out what eager would leave; ``save``/``restore`` serve the check against eager."""
 import collections
 import copy

@@ -39,3 +39,13 @@ def test_the_w7_chain_and_attention_rows_run_with_numpy_standing_in_for_cupy():
         harness.clock = saved
     assert [row.workload.split(":")[1].split()[0] for row in rows] == ["W1", "W8"]
     assert all(row.ratio is not None and row.ratio > 0 for row in rows)
+
+
+def test_a_w7_row_whose_baseline_computes_otherwise_is_refused(monkeypatch):
+    """The rows compare nnkit's gradients with the hand-written ones before timing anything:
+    a baseline off by a factor stops the row instead of timing other work."""
+    from benchmarks import chain, gpu
+    right = chain.chain_by_hand
+    monkeypatch.setattr(chain, "chain_by_hand", lambda *args: [2 * g for g in right(*args)])
+    with pytest.raises(AssertionError, match="W7 GPU: W1"):
+        gpu._chain_row(np, None, 1, lambda: None, ops=30)

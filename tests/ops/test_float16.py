@@ -134,3 +134,19 @@ def test_a_float16_mean_over_more_elements_than_float16_counts(name):
 def test_float16_counts_the_positions_of_a_class_index_loss():
     y = nn.SoftmaxCELoss(nn.NetVar(np.zeros((N, 2), np.float16)), _LABELS)
     assert y.denominator == N               # 70,000 weights of 1 summed to inf in float16
+
+
+def test_layer_norm_of_float16_sums_its_rows_in_float32():
+    """Its backward's row sums over 4,096 features of an upstream gradient of 10 and more pass
+    65504: summed in float16 they were inf, and so was every gradient."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4096))
+    g = np.abs(rng.standard_normal((3, 4096))) * 30 + 10
+    grads = []
+    for dtype in (np.float64, np.float16):
+        node = nn.NetVar(x.astype(dtype))
+        nn.LayerNorm(node).back(g.astype(dtype))
+        assert node.g.dtype == dtype
+        grads.append(node.g.astype(np.float64))
+    assert np.isfinite(grads[1]).all()
+    np.testing.assert_allclose(grads[1], grads[0], atol=0.05 * np.abs(grads[0]).max())
