@@ -61,7 +61,7 @@ def _copy(target, source):
 
 def _check(function, args, expected, site):
     value = function(*args)
-    if type(value) is not type(expected) or not _same(value, expected):
+    if value is not expected and (type(value) is not type(expected) or not _same(value, expected)):
         raise GuardFailed(f"a value read into Python at {site} changed")
 
 

@@ -164,6 +164,32 @@ def test_nll_loss_repeated_and_ignored_targets():
         nn.NLLLoss(logp, np.array([0.0, 1.0, 1.0]))
 
 
+def test_class_index_losses_pick_each_positions_target_in_any_memory_layout(rng):
+    # log-probabilities in a transposed (non-contiguous) array of (T, B, C) layout: the picked
+    # entries and the gradient land at [t, b, label[t, b]], whatever the memory order
+    T, B, C = 3, 4, 5
+    stored = np.log(rng.dirichlet(np.ones(C), size=(B, T))).transpose(1, 0, 2)    # (T, B, C)
+    assert not stored.flags.c_contiguous
+    labels = rng.integers(0, C, size=(T, B))
+    expected = -np.mean([stored[t, b, labels[t, b]] for t in range(T) for b in range(B)])
+    logp = nn.NetVar(stored)
+    loss = nn.NLLLoss(logp, labels)
+    assert loss.item() == pytest.approx(expected, rel=1e-12)
+    loss.back()
+    onehot = np.zeros((T, B, C))
+    for t in range(T):
+        for b in range(B):
+            onehot[t, b, labels[t, b]] = 1
+    np.testing.assert_allclose(logp.g, -onehot / (T * B), rtol=0, atol=1e-15)
+    z = nn.NetVar(stored * 3.0)            # logits: softmax(3·logp) against the same labels
+    loss = nn.SoftmaxCELoss(z, labels)
+    shifted = 3.0 * stored - np.log(np.exp(3.0 * stored).sum(-1, keepdims=True))
+    assert loss.item() == pytest.approx(
+        -np.mean([shifted[t, b, labels[t, b]] for t in range(T) for b in range(B)]), rel=1e-12)
+    loss.back()
+    np.testing.assert_allclose(z.g, (np.exp(shifted) - onehot) / (T * B), rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize("reduction", ["batchmean", "mean", "sum"])
 @pytest.mark.parametrize("shape", [(4, 3), (2, 3, 2)])
 def test_kl_div_gradcheck(reduction, shape, rng):
