@@ -170,6 +170,73 @@ def test_attention_weights_sum_to_one_over_kept_keys(rng):
     np.testing.assert_allclose(y.data, y.weights @ v.data)
 
 
+
+def _weights_by_the_max(s, keep):
+    """softmax over the last axis where keep holds, each row shifted by its max (float64)."""
+    s = np.where(keep, s, -np.inf)
+    top = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(top), top, 0))
+    return e / np.where(e.sum(-1, keepdims=True) == 0, 1, e.sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attention_weights_shifted_by_the_first_key_equal_those_shifted_by_the_max(dtype, rng):
+    # rows whose first score is far below their max (the terms grow, the total with them) and
+    # far above the others (terms near underflow): the weights of a max shift, to rounding
+    q = rng.standard_normal((3, 6, 4)) * 4
+    k = rng.standard_normal((3, 6, 4)) * 4
+    k[:, 0] = q.mean(axis=1) * -2               # the first key's score low in every row
+    v = rng.standard_normal((3, 6, 5))
+    keep = np.tri(6, dtype=bool)
+    y = nn.Attention(*(a.astype(dtype) for a in (q, k, v)), causal=True)
+    s = q @ k.swapaxes(-1, -2) / 2
+    assert np.ptp(np.where(keep, s, 0), axis=-1).max() > 30     # rows tens apart
+    expected = _weights_by_the_max(s, keep)
+    # e^(s − shift) is as exact as the argument: eps · |s − shift| relative, for either shift
+    tolerance = np.finfo(dtype).eps * 2 * np.abs(np.where(keep, s, 0)).max() * 4
+    np.testing.assert_allclose(y.weights, expected, rtol=tolerance, atol=1e-300)
+
+
+@pytest.mark.parametrize("case", ["overflow", "first key masked", "nan"])
+def test_attention_weights_fall_back_to_the_max_shift(case, rng):
+    # scores 2,000 apart overflow e^(s − s₀) even in float64; a masked first key has no score
+    # to shift by; a NaN score makes its row NaN, as a softmax of it does
+    q, k, v = rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 4, 3)), \
+        rng.standard_normal((2, 4, 5))
+    mask = np.ones((2, 4, 4), dtype=bool)
+    if case == "overflow":
+        q[0, 2] = 0
+        q[0, 2, 0], k[0, :, 0] = 50.0, np.array([-20.0, 0.0, 20.0, 1.0])   # 2,000 apart
+    elif case == "first key masked":
+        mask[1, :, 0] = False
+    else:
+        q[1, 3, 1] = np.nan
+    y = nn.Attention(q, k, v, mask=mask)
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(3)
+    expected = _weights_by_the_max(s, mask)
+    np.testing.assert_allclose(y.weights, expected, rtol=1e-13, atol=1e-300)
+    assert np.isnan(y.weights).any() == (case == "nan")
+    np.testing.assert_allclose(y.data, expected @ v, rtol=1e-12)
+
+
+def test_a_replay_whose_scores_overflow_the_first_key_shift_gives_eagers_weights(rng):
+    # the step took the first-key shift when recorded; a batch whose scores overflow it takes
+    # the max shift at the replay too (the recording read the check into Python: a guard)
+    Wq = nn.NetVar(np.eye(3) + 0.1 * rng.standard_normal((3, 3)))
+
+    def step(x):
+        q = x @ Wq
+        return nn.Attention(q, x, x, causal=True)
+
+    step_captured = nn.capture(step)
+    calm = rng.standard_normal((2, 4, 3))
+    wild = calm.copy()
+    wild[0, 0, 0], wild[0, 3, 0] = -40.0, 40.0      # q·k of the last query: 1,600 apart
+    for x in (calm, calm * 0.5, wild, calm, wild):
+        got = step_captured(x)
+        np.testing.assert_array_equal(got.data, step(x).data)
+        assert np.isfinite(got.data).all()
+
 def sdpa_inputs(rng, batch, Tq, Tk, d, dv):
     return (rng.standard_normal(batch + (Tq, d)), rng.standard_normal(batch + (Tk, d)),
             rng.standard_normal(batch + (Tk, dv)))
