@@ -15,9 +15,8 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar, constant
-from .activation import SoftMax, boolean_mask, mask_bias, softmax
+from .activation import SoftMax, boolean_mask, softmax
 from .arithmetic import Multiply, swap_last
-from .math import last_sum
 
 
 def _node(op, name, value):
@@ -26,45 +25,6 @@ def _node(op, name, value):
     if not hasattr(value, "shape"):
         raise TypeError(f"{op}: {name} must be a NetVar or an array, got {type(value).__name__}")
     return constant(value)
-
-
-def _scores(qd, kd, scale, keep, xp):
-    """s = scale · q·kᵀ (..., Tq, Tk), broadcast to the mask's leading axes."""
-    if qd.shape[-1] < kd.shape[-2]:     # the scale on q, the smaller: one pass fewer over s
-        s = (qd * scale) @ xp.swapaxes(kd, -1, -2)
-    else:
-        s = qd @ xp.swapaxes(kd, -1, -2)
-        s *= scale
-    if keep is not None and keep.ndim > 2:
-        # a mask with leading axes that only v has (q, k shared by a batch of values)
-        target = numpy.broadcast_shapes(s.shape, keep.shape)
-        if target != s.shape:
-            s = xp.broadcast_to(s, target).copy()
-    return s
-
-
-def _weights(scores, keep, xp):
-    """The attention weights: softmax over the keys of ``scores()`` where ``keep`` (booleans
-    broadcast to the scores, or None) holds, in the scores' buffer.
-
-    A softmax is the same for any shift of a row. Each row is shifted by the score of its first
-    key (a copy of one column) rather than by its max (a reduction along the short last axis,
-    the softmax's costliest pass: 0.43 ms of 1.6 at (128, 64, 64)). The first key kept, every
-    term is e^(s − s₀) ≥ e^(s − max), so none underflows that the max's shift would keep, and
-    the total is at least e⁰ = 1; a finite total means that no term overflowed. Where a first
-    key is masked out, or a total is not finite (scores more than 88 apart in a row, or an inf
-    or NaN among them), the scores are computed again and ``softmax`` shifts by the max."""
-    if keep is None or bool(keep[..., 0].all()):
-        s = scores()
-        if keep is not None:
-            s += mask_bias(keep, s, xp)
-        s -= s[..., :1].copy()
-        xp.exp(s, out=s)
-        total = last_sum(s)
-        if bool(xp.isfinite(total).all()):
-            s /= total
-            return s
-    return softmax(scores(), -1, keep, overwrite=True)
 
 
 class Attention(NetOp):
@@ -126,7 +86,17 @@ class Attention(NetOp):
                                 f"{scores} of {shapes}", xp)
             keep = mask if keep is None else keep & mask
 
-        self.weights = a = _weights(lambda: _scores(qd, kd, scale, keep, xp), keep, xp)
+        if qd.shape[-1] < Tk:   # the scale on q, the smaller: one pass fewer over the scores
+            s = (qd * scale) @ xp.swapaxes(kd, -1, -2)
+        else:
+            s = qd @ xp.swapaxes(kd, -1, -2)
+            s *= scale
+        if keep is not None and keep.ndim > 2:
+            # a mask with leading axes that only v has (q, k shared by a batch of values)
+            target = numpy.broadcast_shapes(s.shape, keep.shape)
+            if target != s.shape:
+                s = xp.broadcast_to(s, target).copy()
+        self.weights = a = softmax(s, -1, keep, overwrite=True)      # in the scores' buffer
         super().__init__(a @ vd, q, k, v)
 
     def _back(self, q, k, v):
