@@ -165,6 +165,18 @@ class _Run:
             state[name] = view
 
 
+def gradient_homes(optimizer):
+    """id(parameter) -> the view of the flat gradient array of its run (the last step's runs),
+    where ``update`` finds the gradient without copying it when it is that very view: a
+    replayed step computes it there (``replay/schedule.py``)."""
+    plan = vars(optimizer).get("_flat_runs")
+    if plan is None:
+        return {}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return {id(params[position]): view for run in plan.runs.values()
+            for position, view in zip(run.positions, run.grad_views)}
+
+
 def update(optimizer, run):
     """One ``_update`` call for the parameters of ``run`` (of ``runs``): their gradients and
     data copied into the run's flat buffers, the update, the data copied back."""
@@ -182,7 +194,8 @@ def update(optimizer, run):
                           states)
     state = {**kept.flats, **kept.counts}
     for item, into, at in zip(run, kept.grad_views, kept.param_views):
-        into[...] = item[3]         # (a copy per array: faster than concatenate's out=)
+        if into is not item[3]:     # (a replay computes it there: gradient_homes)
+            into[...] = item[3]     # (a copy per array: faster than concatenate's out=)
         at[...] = item[1]._data
     flat = _Flat()
     flat._data = kept.params

@@ -256,6 +256,49 @@ def _replaced(value, path, new):
     return tuple(items) if type(value) is tuple else items
 
 
+def rehome(instructions, pinned, array, home):
+    """``instructions`` with each view of ``array``'s bytes made the same view of ``home`` (a
+    C-ordered array of its shape and dtype), or None where an array of some instruction, of a
+    partial's keywords or of ``pinned`` holds only part of those bytes or more."""
+    root, start = _root(array), _address(array)
+    end = start + array.nbytes
+
+    def inside(view):           # True: within array's bytes, False: apart, None: across
+        low, high = _bounds(view)
+        return True if start <= low and high <= end else \
+            False if high <= start or end <= low else None
+
+    for function, _ in instructions:
+        if isinstance(function, functools.partial) and any(
+                _root(view) is root and inside(view) is not False
+                for view in _arrays(function.keywords)):
+            return None
+    if any(_root(view) is root and inside(view) is not False for view in _arrays(pinned)):
+        return None
+    rehomed = []
+    for function, args in instructions:
+        for path, view in list(_paths(args)):
+            if _root(view) is root:
+                where = inside(view)
+                if where is None:
+                    return None
+                if where:
+                    args = _replaced(args, path, _same_view(view, home,
+                                                            _address(view) - start))
+        rehomed.append((function, args))
+    return rehomed
+
+
+def _bounds(view):
+    """The addresses of ``view``'s first byte and of the byte after its last."""
+    low = high = _address(view)
+    for n, stride in zip(view.shape, view.strides):
+        if n == 0:
+            return low, low
+        low, high = low + min(0, (n - 1) * stride), high + max(0, (n - 1) * stride)
+    return low, high + view.itemsize
+
+
 def _same_view(view, array, offset):
     """The view of ``array`` that ``view`` is of its input's buffer: the array itself when the
     view is the whole buffer (most inputs), else the same offset, shape and strides."""

@@ -1,6 +1,7 @@
 """What a replay runs: the instructions, the memory their buffers share, and how the inputs reach
 them. Each test compares a captured step with the same step run eagerly, bit for bit, on calls
 after the recording (and checks that they replayed)."""
+import functools
 import warnings
 
 import numpy as np
@@ -294,3 +295,59 @@ def test_operations_run_under_the_floating_point_error_state_they_were_recorded_
                     captured(large, how)
             else:
                 assert np.isinf(captured(large, how).data).any()
+
+
+def _live_gradients(captured):
+    """The gradients the one schedule's optimizer step is handed, and the views of the
+    optimizer's flat gradient arrays (optim/flat.py) each parameter's would be copied into."""
+    from nnkit.optim import flat
+    from nnkit.replay.schedule import _live_step
+    (schedule,) = captured.schedules.values()
+    (_, optimizer, grads), = [args for function, args in schedule.program
+                              if function is _live_step]
+    homes = flat.gradient_homes(optimizer)
+    return [(g, homes.get(id(p))) for p, g, _ in grads]
+
+
+def test_gradients_are_computed_into_the_flat_arrays_the_optimizer_updates_from():
+    """From the second replay on, the program computes each small parameter's gradient in its
+    place in the optimizer's flat array (small parameters updated together): the step finds it
+    there and copies none. Training gives eager's bits, before and after the optimizer's state
+    is forgotten (its flat arrays made anew: the gradients are copied into them again)."""
+    calls = build("mlp", np.float32).batches(12)
+    reference = build("mlp", np.float32)
+    want = eager(reference.step, calls[:6])
+    built = build("mlp", np.float32)
+    got, captured = replayed(built.step, calls[:6])
+    assert [a.tobytes() for a in want] == [b.tobytes() for b in got]
+    assert all(g is home for g, home in _live_gradients(captured))
+    for optimizer in (reference.optimizer, built.optimizer):
+        optimizer.state[0] = {}
+    want = eager(reference.step, calls[6:])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [np.array(captured(*args).data) for args in calls[6:]]
+    assert [a.tobytes() for a in want] == [b.tobytes() for b in got]
+    assert not any(g is home for g, home in _live_gradients(captured))
+    assert all(np.array_equal(a, b) for a, b in zip(reference.state(), built.state()))
+
+
+def test_rehome_moves_the_views_inside_an_arrays_bytes_and_refuses_a_view_across_them():
+    from nnkit.replay.program import rehome
+    memory = np.zeros(20)
+    g = memory[4:10].reshape(2, 3)          # the gradient's bytes: elements 4 to 9
+    home = np.zeros((2, 3))
+    row, apart = g[1], memory[12:16]
+    program = [(np.add, (row, 1.0, row)), (np.multiply, (apart, 2.0, apart)),
+               (np.sum, ([g],))]
+    moved = rehome(program, (), g, home)
+    assert moved[0][1][0].base is home and moved[0][1][0].shape == (3,)
+    np.add(*moved[0][1])
+    assert home[1].tolist() == [1.0, 1.0, 1.0] and not memory.any()     # g's row, moved
+    assert moved[1][1][0] is apart                                        # not g's: left
+    assert moved[2][1][0][0] is home
+    across = memory[8:14]                   # part of g's bytes and more
+    assert rehome(program + [(np.negative, (across, across))], (), g, home) is None
+    assert rehome(program, ([memory[5:7]],), g, home) is None               # handed out
+    written_by_keyword = (functools.partial(np.maximum, out=g[0]), (g[0], 0.0))
+    assert rehome(program + [written_by_keyword], (), g, home) is None
