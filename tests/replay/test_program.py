@@ -351,3 +351,43 @@ def test_rehome_moves_the_views_inside_an_arrays_bytes_and_refuses_a_view_across
     assert rehome(program, ([memory[5:7]],), g, home) is None               # handed out
     written_by_keyword = (functools.partial(np.maximum, out=g[0]), (g[0], 0.0))
     assert rehome(program + [written_by_keyword], (), g, home) is None
+
+
+def test_a_step_handing_out_a_gradient_and_two_optimizers_train_as_eager_once_homed():
+    """Gradients computed into two optimizers' flat arrays, except one read and handed out
+    before its step (it stays in its buffer): each call's values and the parameters after are
+    eager's bits."""
+    def build_pair():
+        nn.seed(0)
+        first, second = nn.layers.Linear(4, 4), nn.layers.Linear(4, 1)
+        adam, gd = nn.Adam(first.vars, lr=0.01), nn.GD(second.vars, lr=0.05, momentum=0.9)
+
+        def step(x):
+            loss = nn.MSELoss(second(first(x)), nn.NetVar(np.ones((6, 1))))
+            loss.back()
+            seen = first.W.g            # read before the step: a copy, handed out
+            adam.step()
+            gd.step()
+            return loss, seen
+        return step, first.vars + second.vars
+
+    rng = np.random.default_rng(1)
+    calls = [(rng.standard_normal((6, 4)),) for _ in range(6)]
+    step, params = build_pair()
+    want = [[np.array(v.data if hasattr(v, "data") else v) for v in step(*c)] for c in calls]
+    step, replayed_params = build_pair()
+    captured = nn.capture(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [[np.array(v.data if hasattr(v, "data") else v) for v in captured(*c)]
+               for c in calls]
+    assert captured.replays == len(calls) - 1
+    assert [[a.tobytes() for a in w] for w in want] == [[b.tobytes() for b in g] for g in got]
+    assert all(p.data.tobytes() == q.data.tobytes() for p, q in zip(params, replayed_params))
+    from nnkit.optim import flat
+    from nnkit.replay.schedule import _live_step
+    (schedule,) = captured.schedules.values()
+    steps = [args for function, args in schedule.program if function is _live_step]
+    homed = [g is flat.gradient_homes(optimizer)[id(p)]
+             for _, optimizer, grads in steps for p, g, _ in grads]
+    assert homed == [False, True, True, True]       # the one handed out stays where it is
