@@ -23,17 +23,23 @@ def _root(array):
     return array
 
 
-def _arrays(value, array_type=_ndarray):
-    """The arrays of type ``array_type`` in ``value`` and in its tuples, lists and dicts."""
+def _paths(value, array_type=_ndarray, path=()):
+    """``(path, array)`` for each array of type ``array_type`` in ``value`` and in its tuples,
+    lists and dicts, ``path`` the positions and keys on the way to it."""
     kind = type(value)
     if kind is array_type:
-        yield value
+        yield path, value
     elif kind is tuple or kind is list:
-        for item in value:
-            yield from _arrays(item, array_type)
+        for position, item in enumerate(value):
+            yield from _paths(item, array_type, path + (position,))
     elif kind is dict:
-        for item in value.values():
-            yield from _arrays(item, array_type)
+        for key, item in value.items():
+            yield from _paths(item, array_type, path + (key,))
+
+
+def _arrays(value, array_type=_ndarray):
+    """The arrays of type ``array_type`` in ``value`` and in its tuples, lists and dicts."""
+    return (array for _, array in _paths(value, array_type))
 
 
 def _into(targets, function, args, kwargs):

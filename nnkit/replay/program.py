@@ -8,7 +8,7 @@ import types
 
 import numpy
 
-from .instructions import _arrays, _copy, _draw, _into, _restore, _root
+from .instructions import _arrays, _copy, _draw, _into, _paths, _restore, _root
 
 _ndarray = numpy.ndarray
 
@@ -220,19 +220,6 @@ def readers(instructions, buffers):
         if views:
             found.append((index, function, args, views))
     return found
-
-
-def _paths(value, path=()):
-    """``(path, array)`` for each array in ``value`` and its tuples, lists and dicts."""
-    kind = type(value)
-    if kind is _ndarray:
-        yield path, value
-    elif kind is tuple or kind is list:
-        for position, item in enumerate(value):
-            yield from _paths(item, path + (position,))
-    elif kind is dict:
-        for key, item in value.items():
-            yield from _paths(item, path + (key,))
 
 
 def read_from(instructions, found, arrays, changed):

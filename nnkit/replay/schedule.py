@@ -85,10 +85,7 @@ class Schedule:
             refusal = Unrecordable("; ".join(rec.refusals))
             refusal.result = eager_result
             raise refusal
-        schedule.program = program(rec, pinned=(
-            schedule.inputs, schedule.entries, schedule.grads_out, schedule.input_grads,
-            schedule.outs, schedule.outputs, [leaf._data for leaf in schedule.leaves]),
-            trusted=(_live_step,))
+        schedule.program = program(rec, pinned=schedule._pinned(), trusted=(_live_step,))
         schedule._find_readers()
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
@@ -266,6 +263,12 @@ class Schedule:
             setattr(owner, name, getattr(owner, name) + delta)
         return _handed_out(self.outputs)
 
+    def _pinned(self):
+        """The arrays a replay hands in or out, or that are the parameters' data: buffers of
+        their own, which no other shares memory with or is moved into."""
+        return (self.inputs, self.entries, self.grads_out, self.input_grads, self.outs,
+                self.outputs, [leaf._data for leaf in self.leaves])
+
     def _home_gradients(self):
         """Once, at the second replay (the first, checked against eager, made the optimizer's
         runs anew): each gradient that the optimizer's step would copy into a flat array
@@ -277,8 +280,7 @@ class Schedule:
         moved = {k for k, (buffer, reading) in enumerate(zip(self.inputs, self.reading))
                  if reading is not buffer}
         read_from(self.program, self.readers, self.inputs, moved)     # the buffers' views
-        pinned = (self.inputs, self.entries, self.grads_out, self.input_grads, self.outs,
-                  self.outputs, [leaf._data for leaf in self.leaves])
+        pinned = self._pinned()
         steps = [args for function, args in self.program if function is _live_step]
         for _, optimizer, grads in steps:
             homes = flat.gradient_homes(optimizer)
