@@ -14,10 +14,10 @@ A second row times nnkit's step captured with ``nn.capture`` and replayed (the s
 call after the recording), checked equal to eager first (the losses, then the weights after three
 steps); target: at most 0.8x PyTorch's step.
 
-A third row times the eager contenders in a child process whose glibc malloc keeps the memory
-the step frees (``KEEP_FREED_MEMORY``): how much of each contender's time goes to the fresh
-pages the default allocator hands out again at every step (no target; the first row is what
-users get).
+A third row times the eager contenders in a child process where nnkit leaves glibc's malloc its
+own thresholds (``NNKIT_KEEP_FREED_MEMORY=0``; ``nnkit.backend.keep_freed_memory``): how much of
+each contender's time then goes to the fresh pages malloc hands out again at every step (no
+target; the first row is what users get).
 """
 import json
 import math
@@ -443,12 +443,9 @@ def steps_row(label, times, limit=1.0):
     return row
 
 
-# glibc's malloc gives the pages of a freed array of 2 MB or more back to the system at once, and
-# those of smaller ones when much is free at the top of its heap: a training step that frees its
-# graph at the end gets fresh pages (page faults, zeroed by the kernel) for most of its arrays at
-# the next step. These settings keep freed memory for reuse instead.
-KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-                     "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+# nnkit, imported, lets glibc's malloc keep the memory a step frees (backend.keep_freed_memory);
+# told not to, malloc gives the freed top of its heap back and the next step gets fresh pages.
+GLIBC_DEFAULTS = {"NNKIT_KEEP_FREED_MEMORY": "0"}
 
 
 def replay_row(label, rounds, number):
@@ -464,15 +461,17 @@ def replay_row(label, rounds, number):
 def transformer_rows(rounds, number=2):
     """W10's rows: steps per second of each contender (target: nnkit no slower than PyTorch),
     as the process runs; nnkit's step captured and replayed (``replay_row``); then the eager
-    contenders again in a child process whose glibc malloc keeps freed memory
-    (``KEEP_FREED_MEMORY``, the same for all three contenders; Linux only)."""
+    contenders again in a child process where malloc keeps glibc's own thresholds
+    (``GLIBC_DEFAULTS``, the same for all three contenders; Linux only)."""
     label = "W10 char Transformer LM step (2 layers, dim 64, T 64, B 32, Adam)"
     rows = [steps_row(label, step_times(rounds, number)), replay_row(label, rounds, number)]
     if platform.libc_ver()[0] != "glibc":
         return rows
     from . import harness
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environment = dict(os.environ, **KEEP_FREED_MEMORY)
+    environment = {k: v for k, v in os.environ.items()
+                   if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    environment.update(GLIBC_DEFAULTS)
     environment["PYTHONPATH"] = os.pathsep.join(
         [root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     torch = optional_torch()
@@ -485,9 +484,9 @@ def transformer_rows(rounds, number=2):
     child = subprocess.run([sys.executable, "-c", code], env=environment, cwd=root,
                            capture_output=True, text=True)
     if child.returncode:
-        raise RuntimeError(f"W10 with malloc keeping freed memory failed:\n{child.stderr}")
-    row = steps_row(f"{label}, malloc keeping freed memory", json.loads(child.stdout))
+        raise RuntimeError(f"W10 with glibc's malloc thresholds failed:\n{child.stderr}")
+    row = steps_row(f"{label}, glibc's malloc thresholds", json.loads(child.stdout))
     row.target, row.met = "-", None
-    row.note = (" ".join(f"{k}={v}" for k, v in KEEP_FREED_MEMORY.items()) + "; "
+    row.note = (" ".join(f"{k}={v}" for k, v in GLIBC_DEFAULTS.items()) + "; "
                 + row.note)
     return rows + [row]

@@ -3,8 +3,13 @@
 Every op reaches its math through ``xp = backend.array_module(x.data)``. CuPy is an optional
 extra (``pip install nnkit[cuda]``), imported lazily the first time a non-NumPy array is seen
 or a GPU move is requested; without it everything runs on NumPy.
+
+Host memory too: ``keep_freed_memory`` (called once when nnkit is imported) lets glibc's malloc
+keep the memory a training step frees for the next step.
 """
 import copy
+import ctypes
+import os
 
 import numpy
 
@@ -87,6 +92,52 @@ def to_cpu(array):
     if isinstance(array, (numpy.ndarray, numpy.generic, int, float)):
         return array
     return array.get()
+
+
+KEPT_BYTES = 256 << 20        # freed memory glibc's malloc keeps at the top of its heap
+_GLIBC_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+def keep_freed_memory(limit=KEPT_BYTES):
+    """Let glibc's malloc keep up to ``limit`` bytes of freed memory for reuse; True when set.
+
+    An eager step frees its graph when it ends (every node's value and gradient: 50 MB for the
+    benchmarks' W10 Transformer step). Left to itself, glibc's malloc gives the freed top of its
+    heap back to the system, and the next step gets the same memory fresh from the kernel, a
+    page fault every 4 KB: 12,500 a step in W10, a third of the step's time. This sets malloc's
+    two thresholds (``mallopt``) where glibc's adaptive ones end after a program frees one 32 MiB
+    array: arrays up to 32 MiB come from the heap, and up to ``limit`` bytes free at its top
+    stay there. A process then keeps memory up to its own peak (never more) instead of giving
+    it back between steps; PyTorch's step frees less at once and meets this less.
+
+    nnkit calls it when imported, on Linux with glibc, unless the environment holds
+    ``NNKIT_KEEP_FREED_MEMORY=0`` or glibc's own settings (``MALLOC_TRIM_THRESHOLD_``,
+    ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``glibc.malloc`` in ``GLIBC_TUNABLES``):
+    the user's choice stands. False (nothing changed) with another C library or when malloc refuses the values.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"keep_freed_memory: limit must be an int number of bytes >= 0, got "
+                         f"{limit!r}")
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+            return False
+        mallopt = ctypes.CDLL(None).mallopt
+    except (ValueError, OSError, AttributeError):
+        return False
+    trim, mmap = -1, -3                 # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD (malloc.h)
+    return bool(mallopt(mmap, 32 << 20)) and bool(mallopt(trim, min(limit, 2 ** 31 - 1)))
+
+
+def _keep_freed_memory_unless_told():
+    """``keep_freed_memory()`` at import, unless the environment says otherwise (see there)."""
+    told = os.environ.get("NNKIT_KEEP_FREED_MEMORY", "1").strip().lower()
+    if (told in ("0", "false", "no", "off") or any(os.environ.get(k) for k in _GLIBC_SETTINGS)
+            or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", "")):
+        return False
+    return keep_freed_memory()
+
+
+malloc_keeps_freed_memory = _keep_freed_memory_unless_told()
 
 
 def seed(value):
