@@ -371,8 +371,8 @@ def small_mlp_step(rounds, batch=128, number=30):
                         note=replay.note))
     else:
         ratio = median_ratio(times["plain"], times["numpy"])
-        plainly = (f"NumPy written plainly takes {ratio:.2f}x the allocated-once step (about 2x "
-                   "alone, nearer 1x after W3 or W10: malloc)")
+        plainly = (f"NumPy written plainly takes {ratio:.2f}x the allocated-once step (malloc "
+                   "hands the memory one step frees to the next)")
         rows.append(Row(f"{label}, replayed, against NumPy written plainly", "ms", 1e3,
                         replay.columns(times, "plain"), note=plainly))
     return rows
