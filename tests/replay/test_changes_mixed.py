@@ -1,7 +1,7 @@
 """Never stale, with the changes mixed: a random sequence of calls and of the changes a user
 makes between them (a learning rate, a parameter edited or given new data, a global number, the
-mode, no_grad (the step then raises), the generator's seed, a checkpoint of the optimizer loaded
-back, a gradient set by hand, two batch sizes), run once eagerly and once captured from the same seed, gives the same bits
+mode, no_grad (the step then raises), detect_anomaly, the generator's seed, a checkpoint of the
+optimizer loaded back, a gradient set by hand, a parameter group's option, two batch sizes), run once eagerly and once captured from the same seed, gives the same bits
 after every call: each loss, every parameter, BatchNorm's running statistics and Adam's state.
 
 test_guards.py checks each change alone; here they meet in any order, which is where a guard
@@ -21,7 +21,7 @@ from . import models
 SCALE = 1.0                     # a global number the step reads
 
 EVENTS = ("call", "call", "call", "call", "other size", "lr", "edit", "new data", "scale",
-          "eval", "no_grad", "seed", "save", "load", "gradient")
+          "eval", "no_grad", "seed", "save", "load", "gradient", "group", "anomaly")
 
 
 def build():
@@ -89,6 +89,13 @@ def run(events, captured):
                 optimizer.load_state_dict(saved)
             elif event == "gradient":
                 model.l2.W.g = np.full(model.l2.W.shape, 0.5)
+            elif event == "group":          # a group's own option, then set again
+                group = optimizer.param_groups[0]
+                group["momentum"] = 0.5 if group.get("momentum") == 0.8 else 0.8
+            elif event == "anomaly":        # an observer: the step runs eagerly
+                with nn.detect_anomaly():
+                    loss = step(x, y)
+                seen.append([np.array(loss.data)] + state(model, optimizer))
             elif event == "eval":
                 with nn.eval_mode():
                     loss = step(x, y)
