@@ -96,6 +96,7 @@ def to_cpu(array):
 
 KEPT_BYTES = 256 << 20        # freed memory glibc's malloc keeps at the top of its heap
 _GLIBC_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+malloc_keeps_freed_memory = False     # True once nnkit has set malloc's thresholds
 
 
 def keep_freed_memory(limit=KEPT_BYTES):
@@ -113,8 +114,10 @@ def keep_freed_memory(limit=KEPT_BYTES):
     nnkit calls it when imported, on Linux with glibc, unless the environment holds
     ``NNKIT_KEEP_FREED_MEMORY=0`` or glibc's own settings (``MALLOC_TRIM_THRESHOLD_``,
     ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``glibc.malloc`` in ``GLIBC_TUNABLES``):
-    the user's choice stands. False (nothing changed) with another C library or when malloc refuses the values.
+    the user's choice stands. False (nothing changed) with another C library, or when malloc
+    refuses the values; ``malloc_keeps_freed_memory`` tells whether nnkit set them.
     """
+    global malloc_keeps_freed_memory
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"keep_freed_memory: limit must be an int number of bytes >= 0, got "
                          f"{limit!r}")
@@ -125,7 +128,9 @@ def keep_freed_memory(limit=KEPT_BYTES):
     except (ValueError, OSError, AttributeError):
         return False
     trim, mmap = -1, -3                 # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD (malloc.h)
-    return bool(mallopt(mmap, 32 << 20)) and bool(mallopt(trim, min(limit, 2 ** 31 - 1)))
+    if mallopt(mmap, 32 << 20) and mallopt(trim, min(limit, 2 ** 31 - 1)):
+        malloc_keeps_freed_memory = True
+    return malloc_keeps_freed_memory
 
 
 def _keep_freed_memory_unless_told():
@@ -133,11 +138,11 @@ def _keep_freed_memory_unless_told():
     told = os.environ.get("NNKIT_KEEP_FREED_MEMORY", "1").strip().lower()
     if (told in ("0", "false", "no", "off") or any(os.environ.get(k) for k in _GLIBC_SETTINGS)
             or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", "")):
-        return False
-    return keep_freed_memory()
+        return
+    keep_freed_memory()
 
 
-malloc_keeps_freed_memory = _keep_freed_memory_unless_told()
+_keep_freed_memory_unless_told()
 
 
 def seed(value):

@@ -1,8 +1,10 @@
 """Never stale, with the changes mixed: a random sequence of calls and of the changes a user
 makes between them (a learning rate, a parameter edited or given new data, a global number, the
 mode, no_grad (the step then raises), detect_anomaly, the generator's seed, a checkpoint of the
-optimizer loaded back, a gradient set by hand, a parameter group's option, two batch sizes), run once eagerly and once captured from the same seed, gives the same bits
-after every call: each loss, every parameter, BatchNorm's running statistics and Adam's state.
+optimizer loaded back, a gradient set by hand, a parameter group's option, two batch sizes),
+run once eagerly and once captured from the same seed, gives the same bits after every call:
+each loss, every parameter, BatchNorm's running statistics and Adam's state. The same on each
+model of the zoo (tests/replay/models.py), with the changes that apply to all of them.
 
 test_guards.py checks each change alone; here they meet in any order, which is where a guard
 that forgets to look again after another guard's re-recording would show.
