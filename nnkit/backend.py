@@ -118,9 +118,11 @@ def keep_freed_memory(limit=KEPT_BYTES):
     refuses the values; ``malloc_keeps_freed_memory`` tells whether nnkit set them.
     """
     global malloc_keeps_freed_memory
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"keep_freed_memory: limit must be an int number of bytes >= 0, got "
-                         f"{limit!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"keep_freed_memory: limit must be an int number of bytes, got "
+                        f"{type(limit).__name__}")
+    if limit < 0:
+        raise ValueError(f"keep_freed_memory: limit must be >= 0 bytes, got {limit}")
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
             return False

@@ -102,7 +102,13 @@ def test_glibc_settings_in_the_environment_are_the_users_choice(setting):
     assert _given_back(faults, heap)
 
 
-@pytest.mark.parametrize("limit", [-1, 1.5, "256", True, None])
-def test_keep_freed_memory_refuses_a_limit_that_is_not_bytes(limit):
-    with pytest.raises(ValueError, match="keep_freed_memory: limit must be an int"):
+@pytest.mark.parametrize("limit", [1.5, "256", True, None])
+def test_keep_freed_memory_refuses_a_limit_that_is_not_an_int(limit):
+    with pytest.raises(TypeError, match="keep_freed_memory: limit must be an int number of "
+                                        "bytes, got"):
         nn.backend.keep_freed_memory(limit)
+
+
+def test_keep_freed_memory_refuses_a_negative_limit():
+    with pytest.raises(ValueError, match="keep_freed_memory: limit must be >= 0 bytes, got -1"):
+        nn.backend.keep_freed_memory(-1)
