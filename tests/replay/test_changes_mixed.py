@@ -14,9 +14,10 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import nnkit as nn
+from tests.reliability.helpers import PROPERTY
 
 from . import models
 
@@ -116,7 +117,7 @@ def run(events, captured):
     return seen, step
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(PROPERTY, max_examples=60)
 @given(st.lists(st.sampled_from(EVENTS), min_size=4, max_size=30))
 def test_calls_and_changes_in_any_order_give_eagers_bits(events):
     eager, _ = run(events, captured=False)
@@ -171,7 +172,7 @@ def run_zoo(kind, events, captured):
     return seen, step
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(PROPERTY, max_examples=12)
 @given(st.lists(st.sampled_from(ZOO_EVENTS), min_size=4, max_size=20))
 @pytest.mark.parametrize("kind", models.KINDS)
 def test_each_zoo_model_gives_eagers_bits_through_mixed_changes(kind, events):
