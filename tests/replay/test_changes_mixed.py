@@ -53,17 +53,19 @@ def batches():
 
 
 def state(model, optimizer):
-    """Everything a step changes, as arrays (copies): parameters and running statistics, then
-    Adam's state."""
+    """Everything a step changes, as arrays (copies): parameters and running statistics, Adam's
+    state, then the position of nnkit's generator (Dropout draws from it)."""
     arrays = [np.array(v, copy=True) for v in model.state().values()]
     assert len(arrays) == len(model.vars) + 2         # BatchNorm's running mean and variance
     for entry in optimizer.state_dict()["state"]:
         arrays += [np.array(v, copy=True) for v in (entry.values() if isinstance(entry, dict)
                                                      else [])]
-    return arrays
+    return arrays + [models.generator_position()]
 
 
 def run(events, captured):
+    """``events`` on a fresh model, its step ``captured`` or not: each call's loss (or what it
+    raised) and ``state`` after it."""
     global SCALE
     SCALE = 1.0
     model, optimizer, step = build()
