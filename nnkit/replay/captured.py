@@ -9,9 +9,9 @@ from ..core import NetVar
 from ..dtypes import get_dtype
 from ..modes import state as modes, threads_without_grad
 from . import record as recording
-from .instructions import GuardFailed, _same
+from .instructions import GuardFailed, _same, exact
 from .record import Unrecordable
-from .schedule import OnDevice, Schedule
+from .schedule import NotRecorded, Schedule
 
 __all__ = ["capture", "Captured"]
 
@@ -90,12 +90,12 @@ class Captured:
         self.records += 1
         try:
             new, result = Schedule.record(self.fn, inputs)
-        except (OnDevice, Unrecordable) as refusal:
+        except (NotRecorded, Unrecordable) as refusal:
             warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
                           f"{refusal}", stacklevel=2)
             self.schedules[key] = str(refusal)
-            # an Unrecordable step ran (eagerly) while recording; a GPU step did not run yet
-            return self.fn(*inputs) if isinstance(refusal, OnDevice) else refusal.result
+            # an Unrecordable step ran (eagerly) while recording; a NotRecorded one did not
+            return self.fn(*inputs) if isinstance(refusal, NotRecorded) else refusal.result
         if schedule is not None:
             new.records_in_a_row = schedule.records_in_a_row
         if not set(new.keyed) <= set(keyed):    # the recording read these inputs' values
@@ -113,13 +113,13 @@ class Captured:
         drawing from a generator of its own, NumPy arithmetic on its inputs); a difference
         then leaves eager's state and result, and the signature runs eagerly, with a warning.
         With ``check=True`` every call is checked and a difference raises."""
-        saved = schedule.save()
+        saved = schedule.save(inputs)
         eager = self.fn(*inputs)
-        eager_state = schedule.save()
+        eager_state = schedule.save(inputs)
         schedule.restore(saved)
         replayed = schedule.replay(inputs)
         difference = _difference(_values(eager), _values(replayed), "the result")
-        replayed_state = schedule.save()
+        replayed_state = schedule.save(inputs)
         for part, value in eager_state.items():
             if part == "holders":       # what restore() puts back, compared as ("grad", ...)
                 continue
@@ -156,7 +156,7 @@ def signature(inputs):
         elif backend.is_array(value):        # (a GPU array: recording refuses it, by name)
             parts.append(("array", type(value), value.shape, value.dtype))
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
-            parts.append(("value", type(value), value))
+            parts.append(("value", exact(value)))        # -0.0 is not 0.0
         else:
             return None
     return tuple(parts)

@@ -82,7 +82,23 @@ def _same(a, b):
         return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(map(_same, a, b))
-    return type(a) is type(b) and (a == b or (a != a and b != b))
+    return type(a) is type(b) and exact(a) == exact(b)
+
+
+def exact(value):
+    """A key that two values share exactly when they are the same bits: a float by its hex
+    digits (-0.0 is not 0.0, a NaN is a NaN), a NumPy scalar by its type and bytes, a tuple item
+    by item, anything else by its type and itself. Signatures and guards compare these."""
+    kind = type(value)
+    if kind is float:
+        return kind, value.hex()
+    if kind is complex:
+        return kind, value.real.hex(), value.imag.hex()
+    if isinstance(value, numpy.generic):
+        return kind, value.tobytes()
+    if kind is tuple:
+        return (kind,) + tuple(map(exact, value))
+    return kind, value
 
 
 def _restore(array, initial):

@@ -19,7 +19,8 @@ def program(rec, pinned=(), trusted=()):
     else writes into (a zeros an add.at fills). ``pinned``: arrays read or written outside the
     program (inputs, gradients handed out, outputs), whose memory stays their own;
     ``trusted``: functions whose arguments may hold objects (an optimizer) that hide no
-    buffer."""
+    buffer. Returns the instructions and, for each, the ids of the buffers it writes (their
+    roots, as recorded: the pinned ones are still theirs after the sharing)."""
     writers = {}
     for function, args, kwargs, writes, sources in rec.program:
         for array in writes:
@@ -40,8 +41,9 @@ def program(rec, pinned=(), trusted=()):
                     target = target.reshape(source.shape)
                 function, args, writes = _copy, (target, source), (target,)
             kept.append((function, args, kwargs, writes))
+    writes = [frozenset(id(_root(array)) for array in written) for *_, written in kept]
     return [_call(function, args, kwargs) for function, args, kwargs in
-            _shared(kept, pinned, trusted)]
+            _shared(kept, pinned, trusted)], writes
 
 
 def _fixed_gather(rec, args, keyed):

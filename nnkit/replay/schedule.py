@@ -39,8 +39,16 @@ class Schedule:
             value._data if isinstance(value, NetVar) else value for value in inputs
             if isinstance(value, NetVar) or backend.is_array(value)]
         if any(not isinstance(array, _ndarray) for array in arrays):
-            raise OnDevice("capture records steps on NumPy arrays; on a GPU the step runs as "
-                           "it is (docs/capture.md)")
+            raise NotRecorded("capture records steps on NumPy arrays; on a GPU the step runs as "
+                              "it is (docs/capture.md)")
+        state = _state_arrays(world)
+        for k, value in enumerate(inputs):
+            array = value._data if isinstance(value, NetVar) else value
+            for what, other, _ in state:
+                if isinstance(array, _ndarray) and numpy.may_share_memory(array, other):
+                    raise NotRecorded(f"input {k} shares memory with {what}, which the step "
+                                      "may change: a replay's copy of the input would not "
+                                      "see it (pass a copy to capture it)")
         schedule, rec = cls(), Recording()
         schedule.world, schedule.swaps, schedule.entries = world, [], []
         start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
@@ -85,10 +93,15 @@ class Schedule:
             refusal = Unrecordable("; ".join(rec.refusals))
             refusal.result = eager_result
             raise refusal
-        schedule.program = program(rec, pinned=schedule._pinned(), trusted=(_live_step,))
+        schedule.program, writes = program(rec, pinned=schedule._pinned(),
+                                           trusted=(_live_step,))
+        schedule._note_writers(writes)
         schedule._find_readers()
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
+        schedule.wants = [leaf.requires_grad for leaf in schedule.leaves]
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
+        # the parameters' data and the buffers: arrays that live on (not the gradients)
+        schedule.state_roots = {id(_root(array)) for _, array, lasting in state if lasting}
         schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
         schedule.draws = any(step[0] is _draw for step in rec.program)
         schedule.keyed = tuple(sorted(rec.keyed))
@@ -102,7 +115,7 @@ class Schedule:
         """Give the step Traced arrays: copies of its inputs (the input buffers), its
         parameters' data (themselves: the optimizer updates them in place), copies of their
         gradients and of the buffers (entries, copied in at each replay). Returns the inputs."""
-        self.inputs, traced = [], []
+        self.inputs, self.input_entries, traced = [], [], []
         for value in inputs:
             if not isinstance(value, (_ndarray, NetVar)):
                 self.inputs.append(None)
@@ -116,6 +129,11 @@ class Schedule:
             twin = rec.traced_view(buffer)
             if isinstance(value, NetVar):
                 self._swap(value, "_data", twin)
+                if value._g is not None:    # a gradient it adds to: the caller's, each call
+                    entry = numpy.array(value._g, copy=True, subok=False)
+                    rec.vary(entry, "state")
+                    self.input_entries.append((len(self.inputs) - 1, entry))
+                    self._swap(value, "_g", rec.traced_view(entry))
             traced.append(value if isinstance(value, NetVar) else twin)
         for leaf in self.world.leaves:
             rec.vary(leaf._data, "state")
@@ -223,6 +241,8 @@ class Schedule:
                 return f"the data of {leaf._describe()} was replaced"
         if _entry_grads(self.leaves) != self.entry_grads:
             return "a parameter's gradient was set or reset outside the step"
+        if [leaf.requires_grad for leaf in self.leaves] != self.wants:
+            return "a parameter's requires_grad was changed"
         held = self.world.held()
         if len(held) != len(self.held) or not all(map(operator.is_, held, self.held)):
             differences = changed(self.snapshot, self.world.snapshot())
@@ -242,6 +262,11 @@ class Schedule:
         self._hand_over(inputs)
         for holder, attribute, entry in self.entries:
             numpy.copyto(entry, getattr(holder, attribute))
+        for k, entry in self.input_entries:
+            g = inputs[k]._g
+            if g.shape != entry.shape or g.dtype != entry.dtype:
+                raise GuardFailed(f"the gradient of input {k} changed shape or dtype")
+            numpy.copyto(entry, g)
         saved = backend.get_rng_state() if self.draws else None
         try:
             for function, args in self.program:
@@ -250,24 +275,57 @@ class Schedule:
             if saved is not None:
                 backend.set_rng_state(saved)
             raise
+        except BaseException:       # the optimizer refused, a check raised: eager's state
+            self._hand_out(inputs, self._index_of(function, args))
+            raise
+        self._hand_out(inputs, len(self.program))
+        return _handed_out(self.outputs)
+
+    def _hand_out(self, inputs, done):
+        """Hand out what eager leaves after a step: gradients, buffers and counters, those
+        written by the first ``done`` instructions (all of them, unless one raised)."""
+        ran = self.writers
         for leaf, buffer in self.grads_out:
-            leaf._g, leaf._gshared = buffer.copy(), True
+            if ran.get(id(buffer), -1) < done:
+                leaf._g, leaf._gshared = buffer.copy(), True
         for position, buffer in self.input_grads:        # a node input's gradient
-            inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
+            if ran.get(id(buffer), -1) < done:
+                inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
         for holder, attribute, buffer, how in self.outs:
+            if ran.get(id(buffer), -1) >= done:
+                continue
             if how == "rebind":
                 setattr(holder, attribute, buffer.copy())
             else:
                 numpy.copyto(getattr(holder, attribute), buffer)
         for owner, name, delta in self.counters:
-            setattr(owner, name, getattr(owner, name) + delta)
-        return _handed_out(self.outputs)
+            if ran.get(("counter", id(owner)), -1) < done:
+                setattr(owner, name, getattr(owner, name) + delta)
+
+    def _note_writers(self, writes):
+        """For each array a replay hands out, the last instruction that writes it (``writes``:
+        the buffers each instruction writes); a counter goes with its owner's buffers."""
+        last = {}
+        for index, keys in enumerate(writes):
+            for key in keys:
+                last[key] = index
+        self.writers = {id(buffer): last.get(id(_root(buffer)), -1) for buffer in _arrays(
+            (self.grads_out, self.input_grads, [out[2] for out in self.outs]))}
+        for owner, _, _ in self.counters:
+            self.writers[("counter", id(owner))] = max(
+                [self.writers[id(buffer)] for holder, _, buffer, _ in self.outs
+                 if holder is owner], default=-1)
+
+    def _index_of(self, function, args):
+        """The position of the instruction ``(function, args)`` in the program."""
+        return next((index for index, (f, a) in enumerate(self.program)
+                     if f is function and a is args), len(self.program))
 
     def _pinned(self):
         """The arrays a replay hands in or out, or that are the parameters' data: buffers of
         their own, which no other shares memory with or is moved into."""
-        return (self.inputs, self.entries, self.grads_out, self.input_grads, self.outs,
-                self.outputs, [leaf._data for leaf in self.leaves])
+        return (self.inputs, self.entries, self.input_entries, self.grads_out,
+                self.input_grads, self.outs, self.outputs, [leaf._data for leaf in self.leaves])
 
     def _home_gradients(self):
         """Once, at the second replay (the first, checked against eager, made the optimizer's
@@ -297,7 +355,8 @@ class Schedule:
         enough that copying them would cost more than pointing their readers at them (about
         2 µs an instruction, the time to copy 64 KiB: a small batch is copied)."""
         elsewhere = {id(_root(array)) for array in _arrays((
-            self.entries, self.grads_out, self.input_grads, self.outs, self.outputs))}
+            self.entries, self.input_entries, self.grads_out, self.input_grads, self.outs,
+            self.outputs))}
         self.readers = readers(self.program, [
             None if buffer is None or id(buffer) in elsewhere else buffer
             for buffer in self.inputs])
@@ -316,6 +375,8 @@ class Schedule:
             if buffer is None:
                 continue
             array = value._data if isinstance(value, NetVar) else value
+            if id(_root(array)) in self.state_roots:
+                raise GuardFailed(f"input {k} shares memory with a parameter or buffer")
             if k in self.direct and type(array) is _ndarray and array.flags.c_contiguous:
                 reading = array
             else:
@@ -328,7 +389,8 @@ class Schedule:
             read_from(self.program, self.readers, self.reading, moved)
 
     # -- check=True
-    def save(self):
+    def save(self, inputs=()):
+        """The state a step changes (and the gradients of the node ``inputs``), as copies."""
         state = {}
         for leaf in self.leaves:
             state[("data", id(leaf))] = leaf._data.copy()
@@ -341,7 +403,13 @@ class Schedule:
         state["rng"] = backend.get_rng_state()
         for leaf in self.leaves:
             state[("grad", id(leaf))] = None if leaf._g is None else numpy.array(leaf._g)
-        state["holders"] = [(leaf, leaf._g, leaf._gshared) for leaf in self.leaves]
+        # the gradients' values, not their arrays: eager adds into the arrays it finds
+        nodes = [value for value in inputs if isinstance(value, NetVar)]
+        for k, value in enumerate(inputs):
+            if isinstance(value, NetVar):
+                state[("input grad", k)] = None if value._g is None else numpy.array(value._g)
+        state["holders"] = [(leaf, None if leaf._g is None else numpy.array(leaf._g),
+                             leaf._gshared) for leaf in self.leaves + nodes]
         return state
 
     def describe(self, key):
@@ -351,6 +419,8 @@ class Schedule:
             return f"the {'gradient' if key[0] == 'grad' else 'data'} of {leaf._describe()}"
         if key[0] == "optimizer":
             return "the optimizer's state"
+        if key[0] == "input grad":
+            return f"the gradient of input {key[1]}"
         if key[0] in ("entry", "counter"):
             return f"{key[0]} {key[2]}"
         return str(key[0])
@@ -366,11 +436,12 @@ class Schedule:
             setattr(owner, name, state[("counter", id(owner), name)])
         backend.set_rng_state(state["rng"])
         for leaf, g, shared in state["holders"]:
-            leaf._g, leaf._gshared = g, shared
+            leaf._g, leaf._gshared = (None, shared) if g is None else (g.copy(), shared)
 
 
-class OnDevice(Exception):
-    """The step's parameters or inputs live on a GPU: it runs eagerly (nothing recorded)."""
+class NotRecorded(Exception):
+    """The step runs eagerly, nothing recorded: its parameters or inputs live on a GPU, or an
+    input shares memory with its parameters or buffers (a copy would not see their updates)."""
 
 
 class Meeting:
@@ -393,6 +464,20 @@ class Meeting:
 
     def after(self, node):
         pass
+
+
+def _state_arrays(world):
+    """``(what, array, lasting)`` for the arrays a step may change in place: its parameters'
+    data and its buffers (``lasting``: they stay the holders' arrays) and its parameters'
+    gradients (each back() may make new ones)."""
+    state = [(f"the data of the parameter {leaf._describe()}", leaf._data, True)
+             for leaf in world.leaves]
+    state += [(f"{type(owner).__name__}.{name}", getattr(owner, name), True)
+              for owner in world.owners for name in type(owner).buffers
+              if isinstance(getattr(owner, name, None), _ndarray)]
+    state += [(f"the gradient of {leaf._describe()}", leaf._g, False) for leaf in world.leaves
+              if isinstance(leaf._g, _ndarray)]
+    return state
 
 
 def _live_step(step, optimizer, grads):

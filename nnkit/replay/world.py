@@ -4,15 +4,20 @@ check at every replay that none of it changed.
 A replay does not run the step's Python, so whatever that Python read is checked instead:
 
 - the names the step's code reads: its globals, its closure, its defaults and, for a bound
-  method, its object's attributes, and so on into the Python functions it calls and the
-  objects it reads attributes of (``reads``). Numbers, strings and tuples of them are compared
-  by value, arrays by identity and contents, anything else by identity;
+  method, its object's attributes, and so on into the Python functions it calls (however
+  deep, each once) and what it reads attributes of (objects, their slots and properties'
+  code, modules, classes) or items of (lists, tuples, dicts). Numbers, strings and tuples of
+  them are compared by value, bit for bit (``exact``), arrays by identity and contents,
+  anything else by identity;
 - every Module those lead to (also through an optimizer's parameters' owners is not possible:
   an optimizer holds only parameters), and every object holding buffers: each attribute, by
   value for numbers, by identity for the rest (``snapshot``), so replacing a parameter, adding a
-  layer or changing ``dropout.p`` records again.
+  layer or changing ``dropout.p`` records again; the functions a Module keeps (a lambda in a
+  Sequential) are read as the step's.
 """
 import dis
+import inspect
+import math
 import types
 
 import numpy
@@ -20,6 +25,7 @@ import numpy
 from ..core import NetVar
 from ..module import Module, walk
 from ..optim.base import Optimizer
+from .instructions import exact
 
 _ndarray = numpy.ndarray
 _VALUES = (int, float, complex, bool, str, bytes, type(None), numpy.generic, numpy.dtype)
@@ -27,6 +33,7 @@ _VALUES = (int, float, complex, bool, str, bytes, type(None), numpy.generic, num
 # are not looked into (an nnkit object a step reads, a learning-rate schedule, is)
 _FOREIGN = ("numpy", "builtins", "math", "functools", "itertools", "torch")
 _SKIPPED_MODULES = _FOREIGN + ("nnkit",)
+_DEEPEST = 16       # calls and attributes followed from the step (each function read once)
 
 
 class World:
@@ -36,7 +43,7 @@ class World:
         self.guards = []        # (description, read, expected, how): how is "value" or "is"
         self.modules, self.optimizers, self.owners = [], [], []
         self.leaves = []        # NetVars reachable before the step (parameters and constants)
-        self._seen = set()
+        self._seen, self._seen_names, self._kept = set(), {}, []
         for position, value in enumerate(inputs):
             self._visit(value, f"input {position}", None, depth=0)
         self._read_function(fn, _name(fn), depth=0)
@@ -48,6 +55,9 @@ class World:
                     if not type(value).__module__.startswith(_SKIPPED_MODULES):
                         self._read_function(types.MethodType(forward, value),
                                             f"{type(value).__name__}.forward", depth=1)
+                    for attribute, held in vars(value).items():    # a Sequential's lambda
+                        if isinstance(held, (types.FunctionType, list, tuple, dict)):
+                            self._visit(held, f"{type(value).__name__}.{attribute}", None, 1)
                 elif kind in ("var", "constant"):
                     self._add(value, self.leaves)
                 elif kind == "buffer":
@@ -65,9 +75,12 @@ class World:
 
     # -- the Python the step reads
     def _read_function(self, fn, where, depth):
-        if id(fn) in self._seen or depth > 4:
+        # a bound method is made anew at each reading: its function and object are the key
+        key = (id(fn.__func__), id(fn.__self__)) if isinstance(fn, types.MethodType) else id(fn)
+        if key in self._seen or depth > _DEEPEST:
             return
-        self._seen.add(id(fn))
+        self._seen.add(key)
+        self._kept.append(fn)               # its id stays its own while the world is built
         if isinstance(fn, types.MethodType):
             self._visit(fn.__self__, f"{where}.__self__", None, depth + 1,
                         _attribute_names(fn.__func__.__code__))
@@ -108,32 +121,59 @@ class World:
         elif isinstance(value, NetVar):
             if not value._parents:
                 self._add(value, self.leaves)
-        elif isinstance(value, (list, tuple, dict)) and depth < 4:
-            items = value.values() if isinstance(value, dict) else value
-            for item in items:
-                if isinstance(item, (Module, Optimizer, NetVar, list, tuple, dict)):
-                    self._visit(item, where, None, depth + 1, names)
+        elif isinstance(value, (list, tuple, dict)):
+            if depth < _DEEPEST and len(value) <= _LONGEST:
+                for key, item in _items(value).items():
+                    if isinstance(item, _ndarray):      # its contents, as a bare array's
+                        self._guard(f"{where}[{key!r}]", lambda c=value, k=key: c[k], item)
+                    elif not isinstance(item, _VALUES):
+                        self._visit(item, f"{where}[{key!r}]", None, depth + 1, names)
         elif isinstance(value, (types.FunctionType, types.MethodType)):
             if getattr(value, "__module__", "") and not str(value.__module__).startswith(
                     _SKIPPED_MODULES):
                 self._read_function(value, f"{where}", depth)
-        elif not isinstance(value, (type, types.ModuleType) + _VALUES + (_ndarray,)) \
-                and depth < 4 and not type(value).__module__.startswith(_FOREIGN):
-            for name in names:          # an object the step reads attributes of
-                method = getattr(type(value), name, None)
-                if isinstance(method, types.FunctionType):      # cfg.get(): its code too
-                    self._read_function(types.MethodType(method, value),
+        elif isinstance(value, (type, types.ModuleType)):
+            # a settings module or class: the attributes the step's code names (nnkit's and
+            # the foreign libraries' own are not read)
+            own = value.__name__ if isinstance(value, types.ModuleType) else value.__module__
+            if depth < _DEEPEST and not str(own).startswith(_SKIPPED_MODULES):
+                self._visit_attributes(value, where, depth, names)
+        elif not isinstance(value, _VALUES + (_ndarray,)) and depth < _DEEPEST \
+                and not type(value).__module__.startswith(_FOREIGN):
+            self._visit_attributes(value, where, depth, names)
+
+    def _visit_attributes(self, value, where, depth, names):
+        """The attributes of ``value`` (an object, a class or a module) that the step's code
+        names: guarded and visited; a method's, a property's or a static method's code read."""
+        _, seen = self._seen_names.setdefault(id(value), (value, set()))   # (kept alive)
+        names = frozenset(names) - seen
+        seen |= names                       # each attribute of an object read once
+        for name in names:
+            try:
+                static = inspect.getattr_static(value, name)
+            except AttributeError:
+                continue
+            if isinstance(static, (staticmethod, classmethod)):
+                static = static.__func__
+            if isinstance(static, types.FunctionType):      # cfg.get(): its code too
+                if not str(static.__module__).startswith(_FOREIGN):
+                    bound = isinstance(value, (type, types.ModuleType)) or isinstance(
+                        inspect.getattr_static(type(value), name, None), staticmethod)
+                    self._read_function(static if bound else types.MethodType(static, value),
                                         f"{where}.{name}()", depth + 1)
-                    continue
-                if isinstance(method, property):
-                    continue
-                try:
-                    attribute = vars(value)[name]
-                except (TypeError, KeyError):
-                    continue
-                reader = (lambda o=value, n=name: vars(o)[n])
-                self._guard(f"{where}.{name}", reader, attribute)
-                self._visit(attribute, f"{where}.{name}", reader, depth + 1, names)
+                continue
+            if isinstance(static, property):                # its getter's code
+                if isinstance(static.fget, types.FunctionType):
+                    self._read_function(types.MethodType(static.fget, value),
+                                        f"{where}.{name}", depth + 1)
+                continue
+            reader = (lambda o=value, n=name: getattr(o, n))    # a slot or a class's too
+            try:
+                attribute = reader()
+            except Exception:       # noqa: BLE001 (a descriptor that refuses: not read)
+                continue
+            self._guard(f"{where}.{name}", reader, attribute)
+            self._visit(attribute, f"{where}.{name}", reader, depth + 1, names)
 
     def _guard(self, where, read, value):
         if isinstance(value, _VALUES) or _plain_tuple(value):
@@ -142,7 +182,8 @@ class World:
             self.guards.append((where, read, (value, value.copy()), "array"))
         elif isinstance(value, (list, dict)) and all(
                 isinstance(item, _VALUES) for item in _items(value).values()):
-            self.guards.append((where, read, (value, type(value)(value)), "values"))
+            self.guards.append((where, read, (value, type(value)(value), _zeros(value)),
+                                "values"))
         elif isinstance(value, (list, dict)) and len(value) <= _LONGEST:
             self.guards.append((where, read, (value, _shallow(_items(value))), "items"))
         else:
@@ -208,8 +249,8 @@ def failed_guard(guards):
             if value is not expected:
                 return f"{where} now holds another object"
         elif how == "values":       # a list or dict of numbers and strings: compared in C
-            container, items = expected
-            if value is not container or value != items:
+            container, items, zeros = expected
+            if value is not container or value != items or _zeros(value) != zeros:
                 return f"{where} (a {type(container).__name__}) changed"
         elif how == "items":
             container, items = expected
@@ -218,7 +259,7 @@ def failed_guard(guards):
                 return f"{where} (a {type(container).__name__}) changed"
         elif how == "array":
             array, contents = expected
-            if value is not array or not numpy.array_equal(array, contents, equal_nan=True):
+            if value is not array or not _same_contents(array, contents):
                 return f"{where} (an array) changed"
         elif type(value) is not type(expected) or not _equal(value, expected):
             return f"{where} changed from {expected!r} to {value!r}"
@@ -234,7 +275,23 @@ def _items(container):
 
 
 def _equal(a, b):
-    return a == b or (a != a and b != b)
+    return exact(a) == exact(b)
+
+
+def _zeros(container):
+    """The signs of the float zeros in a list or dict of numbers (== takes -0.0 for 0.0)."""
+    return [math.copysign(1.0, item) for item in _items(container).values()
+            if item == 0 and isinstance(item, (float, numpy.floating))]
+
+
+def _same_contents(array, contents):
+    """Whether ``array`` holds the bytes of ``contents`` (its copy): -0.0 is not 0.0."""
+    if array.shape != contents.shape or array.dtype != contents.dtype:
+        return False
+    try:
+        return numpy.array_equal(array.view(numpy.uint8), contents.view(numpy.uint8))
+    except (ValueError, TypeError):         # not laid out for a view of bytes
+        return array.tobytes() == contents.tobytes()
 
 
 def _plain_tuple(value):
@@ -247,7 +304,7 @@ def _shallow(attributes, skip=()):
         if name in skip:
             continue
         if isinstance(value, _VALUES) or _plain_tuple(value):
-            snapshot[name] = ("value", type(value), value)
+            snapshot[name] = ("value", exact(value))
         elif isinstance(value, (list, dict)):
             items = value.items() if isinstance(value, dict) else enumerate(value)
             snapshot[name] = ("items", id(value), tuple((k, id(v)) for k, v in items))
