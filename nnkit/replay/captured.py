@@ -149,10 +149,11 @@ def _contents(inputs, keyed):
 
 def signature(inputs):
     parts = [modes.grad, modes.train, threads_without_grad[0] > 0, get_dtype()]
-    for value in inputs:
+    for k, value in enumerate(inputs):
         if isinstance(value, NetVar):
+            first = next(j for j, other in enumerate(inputs) if other is value)  # given twice
             parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad,
-                          value._g is None))      # a gradient at entry is added to
+                          value._g is None, first))      # a gradient at entry is added to
         elif backend.is_array(value):        # (a GPU array: recording refuses it, by name)
             parts.append(("array", type(value), value.shape, value.dtype))
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):

@@ -5,6 +5,7 @@ import collections
 import copy
 import gc
 import operator
+import sys
 import threading
 
 import numpy
@@ -41,6 +42,13 @@ class Schedule:
         if any(not isinstance(array, _ndarray) for array in arrays):
             raise NotRecorded("capture records steps on NumPy arrays; on a GPU the step runs as "
                               "it is (docs/capture.md)")
+        for k in world.inputs_held:
+            raise NotRecorded(f"input {k} is a parameter of the step's model or optimizer: a "
+                              "replay's copy of it would not see the optimizer's update")
+        for k, value in enumerate(inputs):
+            if isinstance(value, NetVar) and any(value is other for other in inputs[:k]):
+                raise NotRecorded(f"input {k} is a node given earlier too: each input is "
+                                  "copied into a buffer of its own")
         state = _state_arrays(world)
         for k, value in enumerate(inputs):
             array = value._data if isinstance(value, NetVar) else value
@@ -52,13 +60,17 @@ class Schedule:
         schedule, rec = cls(), Recording()
         schedule.world, schedule.swaps, schedule.entries = world, [], []
         start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
+        for optimizer in world.optimizers:     # as its step() makes them: not the step's change
+            optimizer._options_as_floats()
         before = world.snapshot(optimizers=True)
         counters = [(owner, name, getattr(owner, name))
                     for owner in world.owners for name in getattr(type(owner), "counters", ())]
         entry_grads = {id(leaf): _entry_grads([leaf])[0] for leaf in world.leaves}
         traced_inputs = schedule._hand_in(rec, inputs)
         met = Meeting()
-        result, error = schedule._run(rec, met, fn, traced_inputs)
+        result, error = schedule._run(rec, met, fn, traced_inputs, world)
+        for optimizer in met.optimizers:        # kept where only the step's code finds it
+            world._add(optimizer, world.optimizers)
         for value, buffer in zip(inputs, schedule.inputs):
             if buffer is not None and id(buffer) in rec.inputs_written:   # as eager wrote it
                 numpy.copyto(value._data if isinstance(value, NetVar) else value, buffer)
@@ -154,15 +166,17 @@ class Schedule:
         self._swap(holder, attribute, rec.traced_view(entry))
 
     @staticmethod
-    def _run(rec, met, fn, inputs):
+    def _run(rec, met, fn, inputs, world):
         """``fn(*inputs)`` recorded: NumPy patched, the optimizer's step live (an instruction
         that sets the gradients it reads and calls it), back(trace=True) refused, every leaf
-        the ops read met. Returns ``(result, error)``."""
+        the ops read met, every Python function that runs read by the world (a profile hook).
+        Returns ``(result, error)``."""
         live_step, tracer = Optimizer.step, core.recorder
 
         def step(optimizer):
             if threading.get_ident() != rec.thread:     # another thread's optimizer: its own
                 return live_step(optimizer)
+            met.optimizers.append(optimizer)
             params = [p for group in optimizer.param_groups for p in group["params"]]
             grads = [(p, None if p._g is None else plain(p._g), p._gshared) for p in params]
             rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
@@ -182,11 +196,23 @@ class Schedule:
         def traced_back():          # back(trace=True): a Trace no replay would make
             rec.refuse("the step calls back(trace=True), whose Trace a replay would not make")
             return tracer()
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_name != "__del__":
+                world.meet(frame)
+
         Optimizer.step, core.recorder = step, traced_back
         core.observers.append(met)
+        profiler, collecting = sys.getprofile(), gc.isenabled()
         try:
             with patched(rec):
-                return fn(*inputs), None
+                gc.disable()        # (a collection's callbacks are no code of the step's)
+                sys.setprofile(profile)
+                try:
+                    return fn(*inputs), None
+                finally:
+                    sys.setprofile(profiler)
+                    if collecting:
+                        gc.enable()
         except BaseException as raised:
             return None, raised
         finally:
@@ -375,7 +401,7 @@ class Schedule:
             if buffer is None:
                 continue
             array = value._data if isinstance(value, NetVar) else value
-            if id(_root(array)) in self.state_roots:
+            if id(array if array.base is None else _root(array)) in self.state_roots:
                 raise GuardFailed(f"input {k} shares memory with a parameter or buffer")
             if k in self.direct and type(array) is _ndarray and array.flags.c_contiguous:
                 reading = array
@@ -449,7 +475,7 @@ class Meeting:
     checks_values = False
 
     def __init__(self):
-        self.leaves = []
+        self.leaves, self.optimizers = [], []
         self._ids = set()
 
     def forward(self, node, parents):

@@ -1,7 +1,10 @@
 """What a captured step reads besides its inputs, found before it records, and the guards that
 check at every replay that none of it changed.
 
-A replay does not run the step's Python, so whatever that Python read is checked instead:
+A replay does not run the step's Python, so whatever that Python read is checked instead. It
+is found twice: before the step records, from the names its code reads (below), and while it
+records, from every Python function that runs (``meet``, called by a profile hook: a helper's
+arguments, a ``__call__``'s object, code reached in ways no name shows).
 
 - the names the step's code reads: its globals, its closure, its defaults and, for a bound
   method, its object's attributes, and so on into the Python functions it calls (however
@@ -16,8 +19,9 @@ A replay does not run the step's Python, so whatever that Python read is checked
   Sequential) are read as the step's.
 """
 import dis
+import functools
 import inspect
-import math
+import sys
 import types
 
 import numpy
@@ -31,9 +35,10 @@ _ndarray = numpy.ndarray
 _VALUES = (int, float, complex, bool, str, bytes, type(None), numpy.generic, numpy.dtype)
 # functions of these are not read (nnkit's own code is the ops'); objects of the foreign ones
 # are not looked into (an nnkit object a step reads, a learning-rate schedule, is)
-_FOREIGN = ("numpy", "builtins", "math", "functools", "itertools", "torch")
-_SKIPPED_MODULES = _FOREIGN + ("nnkit",)
-_DEEPEST = 16       # calls and attributes followed from the step (each function read once)
+_FOREIGN = frozenset(("numpy", "builtins", "math", "functools", "itertools", "torch"))
+_SKIPPED_MODULES = _FOREIGN | {"nnkit"}
+_DEEPEST = 16       # calls and attributes followed before the step runs (world.meet: as it runs)
+_DYNAMIC = frozenset(("getattr", "vars", "__dict__"))   # code that reads attributes by name
 
 
 class World:
@@ -43,16 +48,18 @@ class World:
         self.guards = []        # (description, read, expected, how): how is "value" or "is"
         self.modules, self.optimizers, self.owners = [], [], []
         self.leaves = []        # NetVars reachable before the step (parameters and constants)
-        self._seen, self._seen_names, self._kept = set(), {}, []
+        self.objects = []       # objects read by name at run time: compared attribute by attribute
+        self._seen, self._seen_names, self._kept, self._met = set(), {}, [], set()
         for position, value in enumerate(inputs):
             self._visit(value, f"input {position}", None, depth=0)
         self._read_function(fn, _name(fn), depth=0)
+        owned = set()           # ids of the models' and optimizers' own nodes
         for module in list(self.modules):
             for name, kind, value in walk(module):
                 if kind == "module":
                     self._add(value, self.modules)
                     forward = type(value).forward
-                    if not type(value).__module__.startswith(_SKIPPED_MODULES):
+                    if not _skipped(type(value).__module__, _SKIPPED_MODULES):
                         self._read_function(types.MethodType(forward, value),
                                             f"{type(value).__name__}.forward", depth=1)
                     for attribute, held in vars(value).items():    # a Sequential's lambda
@@ -60,14 +67,38 @@ class World:
                             self._visit(held, f"{type(value).__name__}.{attribute}", None, 1)
                 elif kind in ("var", "constant"):
                     self._add(value, self.leaves)
+                    owned.add(id(value))
                 elif kind == "buffer":
                     self._add(value[0], self.owners)
         for optimizer in self.optimizers:
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     self._add(p, self.leaves)
-        # a node given as an input is an input (copied in at each call), not a parameter
+                    owned.add(id(p))
+        # a node given as an input is an input (copied in at each call), not a parameter: a
+        # parameter given as one is refused (Schedule.record)
+        self.inputs_held = [k for k, x in enumerate(inputs) if id(x) in owned]
         self.leaves = [leaf for leaf in self.leaves if all(leaf is not x for x in inputs)]
+
+    def meet(self, frame):
+        """A Python frame the step runs while it records (a profile hook calls this at each
+        call): the first time its code runs, read it as ``_read_function`` reads the step's
+        own, with its arguments for the closure (a settings object handed to a helper, the
+        object of a ``__call__``, a class method's class, a partial's keywords)."""
+        code = frame.f_code
+        if code in self._met:
+            return
+        self._met.add(code)
+        if _skipped(frame.f_globals.get("__name__", ""), _SKIPPED_MODULES):
+            return
+        names = _attribute_names(code)
+        where = getattr(code, "co_qualname", code.co_name)
+        # (what the step was handed is fixed now: guards and objects only, no new parameter)
+        found = self.leaves[:], self.modules[:], self.optimizers[:], self.owners[:]
+        self._read_code(code, frame.f_globals, where, 1, names)
+        for name, value in frame.f_locals.items():      # at the call: its arguments
+            self._visit(value, f"{where}: argument {name}", None, 2, names)
+        self.leaves, self.modules, self.optimizers, self.owners = found
 
     def _add(self, value, found):
         if all(item is not value for item in found):
@@ -94,16 +125,26 @@ class World:
             return
         code = fn.__code__
         names = _attribute_names(code)
-        for name in _global_names(code):
-            if name in fn.__globals__:
-                self._visit_read(lambda g=fn.__globals__, n=name: g[n], f"{where}: global {name}",
-                                 depth, names)
+        self._read_code(code, fn.__globals__, where, depth, names)
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             self._visit_read(lambda c=cell: c.cell_contents, f"{where}: {name} (closure)",
                              depth, names)
         for index, value in enumerate(fn.__defaults__ or ()):
             self._visit_read(lambda f=fn, i=index: f.__defaults__[i],
                              f"{where}: default {index}", depth, names)
+
+    def _read_code(self, code, globals_, where, depth, names):
+        """The globals ``code`` reads (all of them when it calls ``globals()``) and the
+        modules it imports."""
+        read = set(globals_) if "globals" in names else _global_names(code)
+        for name in read:
+            if name in globals_ and not name.startswith("__"):
+                self._visit_read(lambda g=globals_, n=name: g[n], f"{where}: global {name}",
+                                 depth, names)
+        for name in _imported(code):
+            if name in sys.modules:
+                self._visit_read(lambda n=name: sys.modules[n], f"{where}: import {name}",
+                                 depth, names)
 
     def _visit_read(self, read, where, depth, names):
         try:
@@ -116,6 +157,8 @@ class World:
     def _visit(self, value, where, read, depth, names=()):
         if isinstance(value, Module):
             self._add(value, self.modules)
+            if depth < _DEEPEST:        # what its own code names: its methods, a settings object
+                self._visit_attributes(value, where, depth, names)
         elif isinstance(value, Optimizer):
             self._add(value, self.optimizers)
         elif isinstance(value, NetVar):
@@ -124,22 +167,31 @@ class World:
         elif isinstance(value, (list, tuple, dict)):
             if depth < _DEEPEST and len(value) <= _LONGEST:
                 for key, item in _items(value).items():
-                    if isinstance(item, _ndarray):      # its contents, as a bare array's
+                    if isinstance(item, (_ndarray, list, dict, set)):  # contents, as bare ones
                         self._guard(f"{where}[{key!r}]", lambda c=value, k=key: c[k], item)
-                    elif not isinstance(item, _VALUES):
+                    if not isinstance(item, _VALUES):
                         self._visit(item, f"{where}[{key!r}]", None, depth + 1, names)
         elif isinstance(value, (types.FunctionType, types.MethodType)):
-            if getattr(value, "__module__", "") and not str(value.__module__).startswith(
-                    _SKIPPED_MODULES):
+            if getattr(value, "__module__", "") and not _skipped(value.__module__,
+                                                                 _SKIPPED_MODULES):
                 self._read_function(value, f"{where}", depth)
+        elif isinstance(value, functools.partial):      # its function, arguments and keywords
+            self._guard(f"{where}.args", lambda p=value: p.args, value.args)
+            self._guard(f"{where}.keywords", lambda p=value: p.keywords, value.keywords)
+            for part in (value.func, value.args, value.keywords):
+                self._visit(part, where, None, depth + 1, names)
         elif isinstance(value, (type, types.ModuleType)):
             # a settings module or class: the attributes the step's code names (nnkit's and
             # the foreign libraries' own are not read)
             own = value.__name__ if isinstance(value, types.ModuleType) else value.__module__
-            if depth < _DEEPEST and not str(own).startswith(_SKIPPED_MODULES):
+            if depth < _DEEPEST and not _skipped(own, _SKIPPED_MODULES):
                 self._visit_attributes(value, where, depth, names)
-        elif not isinstance(value, _VALUES + (_ndarray,)) and depth < _DEEPEST \
-                and not type(value).__module__.startswith(_FOREIGN):
+        elif isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+            self._visit(value.__wrapped__, where, None, depth + 1)   # lru_cache, wraps
+        elif not isinstance(value, _VALUES + (_ndarray, set)) and depth < _DEEPEST \
+                and not _skipped(type(value).__module__, _FOREIGN):
+            if hasattr(value, "__dict__") and _DYNAMIC.intersection(names):
+                self._add(value, self.objects)      # read by a name held in a string
             self._visit_attributes(value, where, depth, names)
 
     def _visit_attributes(self, value, where, depth, names):
@@ -156,11 +208,14 @@ class World:
             if isinstance(static, (staticmethod, classmethod)):
                 static = static.__func__
             if isinstance(static, types.FunctionType):      # cfg.get(): its code too
-                if not str(static.__module__).startswith(_FOREIGN):
+                skipped = _SKIPPED_MODULES if isinstance(value, Module) else _FOREIGN
+                if not _skipped(static.__module__, skipped):
                     bound = isinstance(value, (type, types.ModuleType)) or isinstance(
                         inspect.getattr_static(type(value), name, None), staticmethod)
                     self._read_function(static if bound else types.MethodType(static, value),
                                         f"{where}.{name}()", depth + 1)
+                    reader = (lambda o=value, n=name: getattr(o, n))   # which function it is
+                    self.guards.append((f"{where}.{name}", reader, reader(), "equal"))
                 continue
             if isinstance(static, property):                # its getter's code
                 if isinstance(static.fget, types.FunctionType):
@@ -182,8 +237,9 @@ class World:
             self.guards.append((where, read, (value, value.copy()), "array"))
         elif isinstance(value, (list, dict)) and all(
                 isinstance(item, _VALUES) for item in _items(value).values()):
-            self.guards.append((where, read, (value, type(value)(value), _zeros(value)),
-                                "values"))
+            self.guards.append((where, read, (value, _exact_items(value)), "values"))
+        elif isinstance(value, set) and all(isinstance(item, _VALUES) for item in value):
+            self.guards.append((where, read, (value, frozenset(value)), "set"))
         elif isinstance(value, (list, dict)) and len(value) <= _LONGEST:
             self.guards.append((where, read, (value, _shallow(_items(value))), "items"))
         else:
@@ -195,7 +251,7 @@ class World:
         and dicts), in order: when each is the very object it was, nothing changed (the quick
         check before ``snapshot``'s comparison)."""
         values = []
-        for holder in self.modules + self.owners:
+        for holder in self.modules + self.owners + self.objects:
             skip = _changing(holder)
             for name, value in vars(holder).items():
                 if name not in skip:
@@ -212,7 +268,7 @@ class World:
         parameter groups too: a step must not change them (a schedule stepped inside it would
         be stepped by no replay); between calls they are read live, so not compared then."""
         held = [(holder, _shallow(vars(holder), _changing(holder)))
-                for holder in self.modules + self.owners]
+                for holder in self.modules + self.owners + self.objects]
         if optimizers:
             for optimizer in self.optimizers:
                 # (its runs of small parameters are made by a first step: optim/flat.py)
@@ -248,10 +304,17 @@ def failed_guard(guards):
         if how == "is":
             if value is not expected:
                 return f"{where} now holds another object"
-        elif how == "values":       # a list or dict of numbers and strings: compared in C
-            container, items, zeros = expected
-            if value is not container or value != items or _zeros(value) != zeros:
+        elif how == "values":       # a list or dict of numbers and strings, bit for bit
+            container, items = expected
+            if value is not container or _exact_items(value) != items:
                 return f"{where} (a {type(container).__name__}) changed"
+        elif how == "set":
+            container, items = expected
+            if value is not container or value != items:
+                return f"{where} (a set) changed"
+        elif how == "equal":        # a method: the same function (of the same object)
+            if value != expected:
+                return f"{where} is another function"
         elif how == "items":
             container, items = expected
             if value is not container or len(value) != len(items) or \
@@ -278,10 +341,15 @@ def _equal(a, b):
     return exact(a) == exact(b)
 
 
-def _zeros(container):
-    """The signs of the float zeros in a list or dict of numbers (== takes -0.0 for 0.0)."""
-    return [math.copysign(1.0, item) for item in _items(container).values()
-            if item == 0 and isinstance(item, (float, numpy.floating))]
+def _exact_items(container):
+    """A list's or dict's items as ``exact`` keys (== takes -0.0 for 0.0, 0.1 for NumPy's)."""
+    return [(key, exact(item)) for key, item in _items(container).items()]
+
+
+def _skipped(module, packages):
+    """Whether the module named ``module`` belongs to one of ``packages`` (not "mathconfig"
+    to "math")."""
+    return str(module).partition(".")[0] in packages
 
 
 def _same_contents(array, contents):
@@ -321,6 +389,16 @@ def _global_names(code):
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
+    return names
+
+
+def _imported(code):
+    """The modules ``code`` imports inside itself (``import settings`` in a function)."""
+    names = {instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname == "IMPORT_NAME"}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _imported(const)
     return names
 
 

@@ -1,0 +1,461 @@
+"""Never stale, through the code a step runs: settings reached through a Module's own methods
+and attributes, objects handed to helpers, callable objects, partials and cached or wrapped
+functions, dynamic lookups, nested and odd containers, module names that begin like a
+library's; and the inputs and optimizers around a step (a parameter or one node given as an
+input, an optimizer kept on the model, a learning rate given as a NumPy number).
+
+Scenarios as in test_stale_reads.py: eager and captured from the same seed, every loss,
+parameter and gradient compared bit for bit, and the captured run must have replayed.
+"""
+import collections
+import functools
+import sys
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+from .test_stale_reads import BATCHES, same_as_eager, training_step
+
+
+def changing(holder, name, first=1.0, then=3.0):
+    """``change`` setting ``holder``'s ``name`` (an attribute, or an item of a dict) to
+    ``first`` before call 3 and ``then`` from call 3 on."""
+    def change(i, layer=None, opt=None):
+        value = first if i < 3 else then
+        if isinstance(holder, dict):
+            holder[name] = value
+        else:
+            setattr(holder, name, value)
+    return change
+
+
+class Config:
+    pass
+
+
+# ------------------------------------------------------------------ code met as the step runs
+
+class Tempered(nn.Module):
+    """A Module whose forward calls a method of its own that reads a global, and reads an
+    object and an array kept as attributes."""
+    def __init__(self):
+        self.inner = nn.layers.Linear(4, 3)
+        self.cfg = Config()
+        self.cfg.temperature = 1.0
+        self.weights = np.ones((1, 3))
+
+    def forward(self, x):
+        return self.post(self.inner(x)) / self.cfg.temperature * (self.weights / 2).sum()
+
+    def post(self, z):
+        return z * MODULE_GAIN
+
+
+MODULE_GAIN = 1.0
+
+
+def module_scenario(captured, change):
+    nn.seed(0)
+    model = Tempered()
+    opt = nn.GD(model.vars, lr=0.1)
+    step = training_step(model, opt, captured)
+    losses = []
+    for i, (x, y) in enumerate(BATCHES):
+        change(i, model)
+        losses.append(np.array(step(x, y).data))
+    return losses, [p.data.copy() for p in model.vars], step
+
+
+def _set_gain(i, model):
+    globals()["MODULE_GAIN"] = 1.0 if i < 3 else 3.0
+
+
+def _set_temperature(i, model):
+    model.cfg.temperature = 1.0 if i < 3 else 3.0
+
+
+def _edit_weights(i, model):
+    model.weights[0, 1] = 1.0 if i < 3 else 5.0
+
+
+@pytest.mark.parametrize("change", [_set_gain, _set_temperature, _edit_weights],
+                         ids=["a global read by a Module's own method",
+                              "an object kept on a Module", "an array kept on a Module"])
+def test_what_a_modules_own_code_reads_records_again_when_it_changes(change):
+    # guard: a Module's attributes and methods named by its code are read as any object's
+    try:
+        eager = module_scenario(False, change)
+        captured = module_scenario(True, change)
+    finally:
+        globals()["MODULE_GAIN"] = 1.0
+    assert all(np.array_equal(a, b) for a, b in zip(eager[0] + eager[1], captured[0] + captured[1]))
+    assert captured[2].records == 2 and captured[2].replays >= 5, captured[2]
+
+
+passed = Config()
+passed.smoothing = 1.0
+
+
+def smooth(z, settings):
+    return z * settings.smoothing
+
+
+class ClassScaled:
+    k = 1.0
+
+    @classmethod
+    def apply(cls, z):
+        return z * cls.k
+
+
+class CallableScale:
+    def __init__(self):
+        self.factor = 1.0
+
+    def __call__(self, z):
+        return z * self.factor
+
+
+callable_scale = CallableScale()
+GAIN = 1.0
+
+
+def gained(z, k):
+    return z * (k * GAIN)
+
+
+partial = functools.partial(gained, k=1.0)
+K = 1.0
+
+
+@functools.lru_cache(maxsize=None)
+def cached_factor():
+    return K
+
+
+def _keyword_only(z, *, settings=passed):
+    return z * settings.smoothing
+
+
+local_settings = types.ModuleType("nnkit_test_local_settings")
+local_settings.scale = 1.0
+sys.modules[local_settings.__name__] = local_settings
+
+
+def _imported_here(z):
+    import nnkit_test_local_settings
+    return z * nnkit_test_local_settings.scale
+
+
+class Overridable:
+    def apply(self, z):
+        return z
+
+
+overridable = Overridable()
+
+
+def _tripled(z):
+    return z * 3.0
+
+
+def _override(i, layer=None, opt=None):
+    overridable.__dict__.pop("apply", None)
+    if i >= 3:
+        overridable.apply = _tripled
+
+
+def _set_global(name):
+    def change(i, layer=None, opt=None):
+        globals()[name] = 1.0 if i < 3 else 3.0
+        cached_factor.cache_clear()
+        cached_factor()         # warm: the step's call does not run the function
+    return change
+
+
+CODE_PATHS = {
+    "an object handed to a helper": (lambda z: smooth(z, passed),
+                                     changing(passed, "smoothing")),
+    "a class attribute read through cls": (lambda z: ClassScaled.apply(z),
+                                           changing(ClassScaled, "k")),
+    "a callable object": (lambda z: callable_scale(z), changing(callable_scale, "factor")),
+    "a global read by a partial's function": (lambda z: partial(z), _set_global("GAIN")),
+    "a partial's keywords": (lambda z: partial(z), changing(partial.keywords, "k")),
+    "a global read by a cached function": (lambda z: z * cached_factor(), _set_global("K")),
+    "a keyword-only default": (_keyword_only, changing(passed, "smoothing")),
+    "a module imported inside the code": (_imported_here, changing(local_settings, "scale")),
+    "a method replaced on the object": (lambda z: overridable.apply(z), _override),
+}
+
+
+@pytest.mark.parametrize("path", list(CODE_PATHS))
+def test_what_code_met_as_the_step_runs_reads_records_again_when_it_changes(path):
+    # guard: the code a recording runs is read as it runs (world.meet: the functions, their
+    # arguments and globals), and the bindings of the methods the step names are compared
+    scale, change = CODE_PATHS[path]
+    try:
+        step = same_as_eager(scale, change)
+    finally:
+        change(0)
+    assert step.records == 2, step
+
+
+def test_a_partial_inside_a_sequential_records_again_when_its_global_changes():
+    def scenario(captured):
+        nn.seed(0)
+        model = nn.layers.Sequential(nn.layers.Linear(4, 3), functools.partial(gained, k=1.0))
+        step = training_step(model, nn.GD(model.vars, lr=0.1), captured)
+        losses = []
+        for i, (x, y) in enumerate(BATCHES):
+            _set_global("GAIN")(i)
+            losses.append(np.array(step(x, y).data))
+        return losses, step
+    try:
+        eager, _ = scenario(False)
+        losses, step = scenario(True)
+    finally:
+        _set_global("GAIN")(0)
+    assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    assert step.records == 2, step
+
+
+# ------------------------------------------------------------------ dynamic lookups, containers
+
+dynamic = Config()
+dynamic.scale = 1.0
+NAME = "scale"
+DEEP = {"loss": {"logits": {"scale": 1.0}}}
+SCALES = {1.0}
+EXTRA = collections.defaultdict(float, scale=1.0)
+
+
+class AttrConfig:
+    def __init__(self):
+        self._values = {"scale": 1.0}
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+attr_config = AttrConfig()
+
+
+def _set_scales(i, layer=None, opt=None):
+    SCALES.clear()
+    SCALES.add(1.0 if i < 3 else 3.0)
+
+
+LOOKUPS = {
+    "getattr with a name in a variable": (lambda z: z * getattr(dynamic, NAME),
+                                          changing(dynamic, "scale")),
+    "vars(object)[name]": (lambda z: z * vars(dynamic)["scale"], changing(dynamic, "scale")),
+    "an object answering through __getattr__": (lambda z: z * attr_config.scale,
+                                                changing(attr_config._values, "scale")),
+    "a dict three levels deep": (lambda z: z * DEEP["loss"]["logits"]["scale"],
+                                 changing(DEEP["loss"]["logits"], "scale")),
+    "a set of numbers": (lambda z: z * max(SCALES), _set_scales),
+    "a defaultdict": (lambda z: z * EXTRA["scale"], changing(EXTRA, "scale")),
+}
+
+
+@pytest.mark.parametrize("lookup", list(LOOKUPS))
+def test_settings_looked_up_dynamically_or_nested_record_again_when_they_change(lookup):
+    # guard: an object read dynamically (getattr, vars, __getattr__) is compared attribute by
+    # attribute; nested containers and sets are compared item by item
+    scale, change = LOOKUPS[lookup]
+    try:
+        step = same_as_eager(scale, change)
+    finally:
+        change(0)
+    assert step.records == 2, step
+
+
+OPTIONS = {"scale": 0.1}
+
+
+def test_a_number_that_changes_type_but_not_value_records_again():
+    # 0.1 == np.float64(0.1), but float32 · np.float64 is float64 in NumPy 2 (float32 · 0.1 is
+    # float32): a dict of numbers is compared by type and bits
+    def features(captured):
+        step = nn.capture(lambda x: x * OPTIONS["scale"]) if captured else \
+            (lambda x: x * OPTIONS["scale"])
+        out = []
+        for i in range(6):
+            OPTIONS["scale"] = 0.1 if i < 3 else np.float64(0.1)
+            out.append(np.asarray(step(np.full(3, 1.1, np.float32))))
+        OPTIONS["scale"] = 0.1
+        return out, step
+    eager, _ = features(False)
+    captured, step = features(True)
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(eager, captured))
+    assert step.replays >= 2, step
+
+
+def test_a_module_named_like_a_library_is_read_as_the_users():
+    # guard: libraries are recognised by their package name, not by a prefix of it
+    mathconfig = types.ModuleType("mathconfig")
+    mathconfig.scale = 1.0
+    globals()["mathconfig"] = mathconfig
+    try:
+        step = same_as_eager(lambda z: z * mathconfig.scale, changing(mathconfig, "scale"))
+    finally:
+        del globals()["mathconfig"]
+    assert step.records == 2, step
+
+
+class Chain:
+    """Seven methods deep, the last reading an attribute."""
+    k = 1.0
+
+    def m0(self, z):
+        return self.m1(z)
+
+    def m1(self, z):
+        return self.m2(z)
+
+    def m2(self, z):
+        return self.m3(z)
+
+    def m3(self, z):
+        return self.m4(z)
+
+    def m4(self, z):
+        return self.m5(z)
+
+    def m5(self, z):
+        return self.m6(z)
+
+    def m6(self, z):
+        return z * self.k
+
+
+chain = Chain()
+
+
+def test_a_chain_of_methods_is_read_however_deep():
+    step = same_as_eager(lambda z: chain.m0(z), changing(chain, "k"))
+    assert step.records == 2, step
+
+
+# ------------------------------------------------------------------ inputs and optimizers
+
+WHICH = "adam"
+
+
+@pytest.mark.parametrize("where", ["on the model", "found by a name in a string"])
+def test_an_optimizer_kept_on_the_model_or_found_at_run_time_is_checked(where):
+    # the first replay's check saves and restores every optimizer the step steps (those the
+    # recording met stepping too)
+    def scenario(captured):
+        nn.seed(0)
+        model = nn.layers.Sequential(nn.layers.Linear(4, 3))
+        model.opt = holder = Config()
+        holder.adam = nn.Adam(model.vars, lr=0.1)
+
+        if where == "on the model":
+            def update():
+                model.opt.adam.step()
+        else:
+            def update():
+                getattr(holder, WHICH).step()
+
+        def step(x, y):
+            loss = nn.SoftmaxCELoss(model(x), y)
+            loss.back()
+            update()
+            return loss
+        step = nn.capture(step) if captured else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            losses = [np.array(step(x, y).data) for x, y in BATCHES]
+        return losses, [p.data.copy() for p in model.vars], holder.adam.state, step
+    eager = scenario(False)
+    captured = scenario(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager[0] + eager[1], captured[0] + captured[1]))
+    assert captured[3].replays >= 6, captured[3]
+
+
+def test_a_parameter_given_as_an_input_runs_eagerly():
+    # a learned input updated by the optimizer: a replay's copy of it would miss the update
+    results = []
+    for captured in (False, True):
+        nn.seed(0)
+        layer = nn.layers.Linear(4, 3)
+        prompt = nn.NetVar(np.zeros((1, 4), np.float32))
+        opt = nn.GD(layer.vars + [prompt], lr=0.1)
+
+        def step(p, x, y):
+            loss = nn.SoftmaxCELoss(layer(p + x.astype(np.float32)), y)
+            loss.back()
+            opt.step()
+            return loss
+        step = nn.capture(step) if captured else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            losses = [np.array(step(prompt, x, y).data) for x, y in BATCHES]
+        results.append((losses, prompt.data.copy(), caught))
+    assert all(np.array_equal(a, b) for a, b in zip(results[0][0], results[1][0]))
+    assert np.array_equal(results[0][1], results[1][1])
+    assert any("parameter" in str(w.message) for w in results[1][2])
+
+
+def test_one_node_given_twice_is_another_signature_and_adds_both_gradients():
+    results = []
+    for captured in (False, True):
+        nn.seed(0)
+        layer = nn.layers.Linear(4, 3)
+        opt = nn.GD(layer.vars, lr=0.1)
+
+        def step(a, b, y):
+            loss = nn.SoftmaxCELoss(layer(a + b), y)
+            loss.back()
+            opt.step()
+            return loss
+        step = nn.capture(step) if captured else step
+        a, b = (nn.NetVar(BATCHES[k][0].astype(np.float32)) for k in (0, 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i, (_, y) in enumerate(BATCHES):
+                step(a, a if i >= 3 else b, y)
+        results.append((np.array(a.g), np.array(b.g), layer.W.data.copy()))
+    for u, v in zip(*results):
+        assert np.array_equal(u, v)
+
+
+def test_a_learning_rate_given_as_a_numpy_number_replays():
+    # the optimizer makes its options Python floats at every step: not a change by the step
+    def change(i, layer, opt):
+        opt.lr = np.float32(0.1 if i < 3 else 0.05)
+    step = same_as_eager(lambda z: z, change, min_replays=5)
+    assert step.records == 1, step
+
+
+COLLECTIONS = 0
+
+
+def _count_collections(phase, info):
+    global COLLECTIONS
+    COLLECTIONS += 1
+
+
+def test_a_garbage_collection_during_a_recording_is_no_code_of_the_steps():
+    # a collection's callbacks may run amid any step; the recording collects none (gc off)
+    import gc
+    threshold = gc.get_threshold()
+    gc.callbacks.append(_count_collections)
+    gc.set_threshold(1)             # a collection at every allocation while enabled
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            step = same_as_eager(lambda z: z, lambda i, layer, opt: None, min_replays=6)
+    finally:
+        gc.callbacks.remove(_count_collections)
+        gc.set_threshold(*threshold)
+    assert step.records == 1, step
