@@ -60,8 +60,6 @@ class Schedule:
         schedule, rec = cls(), Recording()
         schedule.world, schedule.swaps, schedule.entries = world, [], []
         start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
-        for optimizer in world.optimizers:     # as its step() makes them: not the step's change
-            optimizer._options_as_floats()
         before = world.snapshot(optimizers=True)
         counters = [(owner, name, getattr(owner, name))
                     for owner in world.owners for name in getattr(type(owner), "counters", ())]

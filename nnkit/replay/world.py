@@ -272,9 +272,17 @@ class World:
         if optimizers:
             for optimizer in self.optimizers:
                 # (its runs of small parameters are made by a first step: optim/flat.py)
-                held.append((optimizer, _shallow(vars(optimizer), ("_flat_runs",))))
-                held.extend((group, _shallow(group)) for group in optimizer.param_groups)
+                held.append((optimizer, _shallow(_as_floats(vars(optimizer)), ("_flat_runs",))))
+                held.extend((group, _shallow(_as_floats(group)))
+                            for group in optimizer.param_groups)
         return held
+
+
+def _as_floats(options):
+    """An optimizer's options with NumPy floats as Python floats, as its step() makes them
+    (``lr=np.float32(0.01)``): that is no change the step makes."""
+    return {key: float(value) if isinstance(value, numpy.floating) else value
+            for key, value in options.items()}
 
 
 def _changing(holder):

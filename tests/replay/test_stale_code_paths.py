@@ -429,10 +429,15 @@ def test_one_node_given_twice_is_another_signature_and_adds_both_gradients():
         assert np.array_equal(u, v)
 
 
-def test_a_learning_rate_given_as_a_numpy_number_replays():
+@pytest.mark.parametrize("where", ["the optimizer", "a parameter group"])
+def test_a_learning_rate_given_as_a_numpy_number_replays(where):
     # the optimizer makes its options Python floats at every step: not a change by the step
     def change(i, layer, opt):
-        opt.lr = np.float32(0.1 if i < 3 else 0.05)
+        lr = np.float32(0.1 if i < 3 else 0.05)
+        if where == "the optimizer":
+            opt.lr = lr
+        else:
+            opt.param_groups[0]["lr"] = lr
     step = same_as_eager(lambda z: z, change, min_replays=5)
     assert step.records == 1, step
 
