@@ -1,5 +1,5 @@
-"""nnkit's spelling of what PyTorch users reach for, in one table, and the rule for the ops
-that share a name with a layer.
+"""nnkit's spelling of what PyTorch users reach for, in one table, and the answers of the ops
+called the way PyTorch builds its modules (``AppliedOp``, ``no_input``, ``not_a_node``).
 
 The table is read only once a lookup or a call has already failed (a Module's or nnkit's
 ``__getattr__``, which Python calls only when the normal lookup found nothing; a refused
@@ -8,9 +8,11 @@ docs/pytorch.md shows the same equivalences side by side, with their exact arith
 
 Nothing here imports the rest of nnkit: every layer of the package may use it.
 """
+import inspect
+
 import numpy
 
-__all__ = ["PYTORCH", "spelling", "keyword_hint", "refuse_layer_calls", "no_input"]
+__all__ = ["PYTORCH", "spelling", "keyword_hint", "AppliedOp", "no_input", "not_a_node"]
 
 # PyTorch's name -> nnkit's spelling, by where the name is reached for.
 PYTORCH = {
@@ -114,25 +116,126 @@ def keyword_hint(caller, name, where="keyword", hint=""):
 _NUMBERS = (int, float, numpy.number)   # (concrete classes: numbers.Number's check is slower)
 
 
-def refuse_layer_calls(name):
-    """``__new__`` for an op that shares its name with a layer (``nn.Conv2D`` and
-    ``nn.layers.Conv2D``): the op called the way its layer is (only numbers as positional
-    arguments, ``nn.Conv2D(1, 8, 3)``, ``nn.Dropout(0.5)``) raises a TypeError naming the layer,
-    before anything else happens (before Python binds the arguments, so ``nn.LSTM(4, 8)``
-    does not fail on missing ones). Applied with one line in the op's class::
+class AppliedOp(type):
+    """The metaclass of the ops whose names PyTorch gives to modules that are built first and
+    called later: an op that shares its name with a layer (``nn.Conv2D`` and
+    ``nn.layers.Conv2D``), the pools, ``Flatten``, ``CosineSimilarity`` and the losses. Called
+    the way such a module is built, without its input (``nn.Flatten()``, ``nn.MSELoss()``,
+    ``nn.Dropout(p=0.5)``) or, but for a loss, with only numbers as positional arguments
+    (``nn.Conv2D(1, 8, 3)``, ``nn.MaxPool2D(2)``), the op raises a TypeError saying how nnkit
+    writes it, before Python binds the arguments (so ``nn.LSTM(4, 8)`` does not fail on
+    missing ones). Given to an op class in its header::
 
-        __new__ = refuse_layer_calls("Conv2D")
+        class Conv2D(NetOp, metaclass=AppliedOp):
+            module_call = "layer"
 
-    An op's first argument is a node or an array, so a normal call passes on one isinstance.
+    ``module_call`` picks the answer: "layer" names the layer of the same name
+    (``nn.layers.Conv2D``), "loss" says that the call with the prediction and the target is the
+    loss node, "op" (the default) shows the op's arguments and, for ``nn.layers.Sequential``,
+    a function. A metaclass, not ``__new__``: unpickling a node calls ``__new__`` with no
+    arguments, exactly as ``nn.Dropout()`` would. An op's input is a node or an array, so a
+    normal call passes on one isinstance. (The activations, whose calls are too frequent for
+    this, answer with ``no_input`` and ``not_a_node`` instead.)
     """
-    def __new__(cls, *args, **keywords):
-        if args and isinstance(args[0], _NUMBERS) and all(isinstance(a, _NUMBERS) for a in args):
-            given = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in keywords.items())])
-            raise TypeError(f"nn.{name}({given}) calls the op {name}, which is applied to "
-                            f"nodes; the layer is nn.layers.{name}({given})")
-        return object.__new__(cls)
-    __new__.layer = name        # what tests/test_structure.py checks the rule by
-    return __new__
+    module_call = "op"
+
+    def __call__(cls, *args, **keywords):
+        if not args or isinstance(args[0], _NUMBERS):
+            refused = _module_call(cls, args, keywords)
+            if refused is not None:
+                raise refused
+        return type.__call__(cls, *args, **keywords)
+
+    @property
+    def __signature__(cls):
+        """The op's signature, its ``__init__``'s (not ``__call__``'s *args, **keywords)."""
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+def _module_call(cls, args, keywords):
+    """The TypeError for the op class ``cls`` called as a module is built, or None when the
+    call gives the op its input (a loss of two plain numbers is a loss)."""
+    parameters = list(inspect.signature(cls).parameters.values())
+    if args:
+        if cls.module_call == "loss" or not all(isinstance(a, _NUMBERS) for a in args):
+            return None
+    elif parameters[0].name in keywords:       # the input given by name: nn.Dropout(x=h)
+        return None
+    name = cls.__name__
+    given = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in keywords.items())])
+    call = f"nn.{name}({given})"
+    if cls.module_call == "layer":
+        return TypeError(f"{call} calls the op {name}, which is applied to nodes, "
+                         f"nn.{name}{_arguments(parameters)}; the layer is "
+                         f"nn.layers.{name}({given or '...'})")
+    if cls.module_call == "loss":
+        return TypeError(f"{call} calls the loss {name}, an op applied to the prediction and "
+                         f"the target: nn.{name}{_arguments(parameters)} is the loss node "
+                         f"(loss = nn.{name}(prediction, target); loss.back()), with no loss "
+                         "object to build first")
+    return TypeError(f"{call} calls the op {name}, which is applied to nodes, "
+                     f"nn.{name}{_arguments(parameters)}{_as_function(cls, args, keywords)}")
+
+
+def _arguments(parameters):
+    """``(x, size, stride=None)``: an op's parameters as its docs write them (a required input
+    by its name, ``**keywords`` left out)."""
+    shown = []
+    for p in parameters:
+        if p.kind is p.VAR_KEYWORD:
+            continue
+        required = p.default is p.empty or isinstance(p.default, _NoInput)
+        shown.append(("*" if p.kind is p.VAR_POSITIONAL else "") + p.name if required
+                     else f"{p.name}={p.default!r}")
+    return f"({', '.join(shown)})"
+
+
+def _as_function(cls, args, keywords):
+    """``; in nn.layers.Sequential, ... lambda x: nn.Op(x, <the arguments given>)``, when the
+    op takes them after its input; else nothing."""
+    try:
+        inspect.signature(cls).bind(None, *args, **keywords)
+    except TypeError:
+        return ""
+    given = "".join([*(f", {a!r}" for a in args),
+                     *(f", {k}={v!r}" for k, v in keywords.items())])
+    return (f"; in nn.layers.Sequential, write it as a function: "
+            f"lambda x: nn.{cls.__name__}(x{given})")
+
+
+def not_a_node(cls, x, *others):
+    """The TypeError for the activation op ``cls`` given ``x``, not a node, as its input; its
+    other arguments ``others``, in order, as the op received them (``nn.LReLU(0.2)`` gives it
+    x = 0.2 and s = 0.01). A number, a string or None in x is an argument of the activation
+    written where the node goes (``nn.LReLU(0.2)``, ``nn.HardTanh(0.0, 6.0)``): the error shows
+    the op's arguments and the function to put in ``nn.layers.Sequential``. Raised in each
+    activation's constructor where reading ``x._data`` failed: a ``try`` costs nothing on the
+    normal path, where ``__new__`` or a metaclass would cost a call on every op."""
+    name = cls.__name__
+    parameters = list(inspect.signature(cls).parameters.values())
+    if not isinstance(x, (*_NUMBERS, str, type(None))):
+        return TypeError(f"{name}: x must be a node (a NetVar), got {type(x).__name__}; "
+                         f"nn.{name}(nn.NetVar(x)) for an array")
+    given = [x, *others]
+    later = [p for p in parameters[1:] if p.kind is p.POSITIONAL_OR_KEYWORD]
+    while len(given) > 1 and len(given) - 1 <= len(later) \
+            and _same(given[-1], later[len(given) - 2].default):
+        given.pop()             # an argument left at its default was (most likely) not given
+    shown = ", ".join(map(repr, given))
+    if len(given) > len(later):         # nn.ReLU(True): nothing after x to take it
+        advice = f"pass the class, nn.{name}"
+    else:
+        advice = f"write it as a function: lambda x: nn.{name}(x, {shown})"
+    return TypeError(f"nn.{name}({shown}) calls the op {name}, which is applied to nodes, "
+                     f"nn.{name}{_arguments(parameters)}; in nn.layers.Sequential, {advice}")
+
+
+def _same(value, default):
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except (TypeError, ValueError):
+        return False
 
 
 class _NoInput:

@@ -38,6 +38,26 @@ from .hints import spelling
 __all__ = ["Module", "walk", "former_names"]
 
 
+class BufferNames(tuple):
+    """The class attribute ``buffers`` of a Module: a tuple of attribute names, as the walk and
+    capture read it (``type(owner).buffers``), that answers a call (``model.buffers()``, a
+    method elsewhere) with the spelling of the buffers themselves. Each Module class gets its
+    own, its ``owner`` named, from the tuple it assigns or inherits (``Module.__init_subclass__``).
+    """
+
+    def __new__(cls, names=(), owner="Module"):
+        self = super().__new__(cls, names)
+        self.owner = owner
+        return self
+
+    def __call__(self, *args, **keywords):
+        raise TypeError(f"{self.owner}.buffers is a class attribute, the names of the "
+                        f"attributes that hold the class's own buffers {tuple(self)!r}, not a "
+                        f"method: a model's buffers are model.named_buffers(), a dict of dotted "
+                        f"name → array over every submodule, and model.state() holds them with "
+                        f"the parameters")
+
+
 class Module:
     """Base class for models and layers: subclass it, assign parameters and submodules as
     attributes in ``__init__``, and define ``forward``; ``model(x)`` calls ``model.forward(x)``.
@@ -57,7 +77,7 @@ class Module:
     keeps working; ``copy.deepcopy(model)`` copies them, not the last graph. A subclass need
     not call ``Module.__init__``.
     """
-    buffers = ()
+    buffers = BufferNames()     # names of the attributes holding buffers; not a method
     # True when the members are the arguments of the model's computation (FFN's topology): a
     # node computed by an op that needs a gradient among them is refused (training would not
     # change it), and so is the model inside itself (it would call itself forever). Else a
@@ -66,6 +86,11 @@ class Module:
     # Old dotted name → current one, relative to the module, of what this class once named
     # otherwise: checkpoints and states written before the rename still load (former_names).
     renamed = {}
+
+    def __init_subclass__(cls, **keywords):
+        super().__init_subclass__(**keywords)
+        if isinstance(cls.buffers, tuple):      # buffers = ("running_mean",), or inherited
+            cls.buffers = BufferNames(cls.buffers, cls.__name__)
 
     def __call__(self, *args, **keywords):
         return self.forward(*args, **keywords)

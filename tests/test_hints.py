@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nnkit as nn
-from nnkit.hints import PYTORCH, _NoInput
+from nnkit.hints import PYTORCH, AppliedOp, _NoInput
 from nnkit.optim.base import Optimizer
 
 
@@ -188,6 +188,121 @@ def test_sequential_of_an_activation_instance_says_to_pass_the_class():
         nn.layers.Sequential(nn.layers.Linear(2, 3), nn.ReLU())
     net = nn.layers.Sequential(nn.layers.Linear(2, 3, seed=0), nn.ReLU)
     assert (net(np.ones((1, 2))).data >= 0).all()
+
+
+@pytest.mark.parametrize("name", activations())
+def test_an_activation_given_a_number_names_its_arguments(name):
+    name = getattr(nn, name).__name__
+    with pytest.raises(TypeError, match=rf"^nn.{name}\(0.5\) calls the op {name}, which is "
+                                        rf"applied to nodes, nn.{name}\(x[,)].*; in "
+                                        r"nn.layers.Sequential, (write it as a function: "
+                                        rf"lambda x: nn.{name}\(x, 0.5\)|pass the class, "
+                                        rf"nn.{name})$"):
+        getattr(nn, name)(0.5)
+
+
+@pytest.mark.parametrize("call, function", [
+    ("nn.LReLU(0.2)", "lambda x: nn.LReLU(x, 0.2)"),
+    ("nn.ELU(0.5)", "lambda x: nn.ELU(x, 0.5)"),
+    ("nn.Softmax(0)", "lambda x: nn.SoftMax(x, 0)"),
+    ("nn.HardTanh(0.0, 6.0)", "lambda x: nn.HardTanh(x, 0.0, 6.0)"),
+    ("nn.HardTanh(-2.0, 1.0)", "lambda x: nn.HardTanh(x, -2.0, 1.0)"),
+])
+def test_the_function_an_activation_error_gives_runs_in_a_sequential(call, function):
+    with pytest.raises(TypeError) as caught:
+        eval(call)
+    assert str(caught.value).endswith(f"write it as a function: {function}")
+    x = np.linspace(-8, 8, 12).reshape(2, 6)
+    net = nn.layers.Sequential(nn.layers.Linear(6, 6, seed=0), eval(function))
+    expected = eval(function)(nn.layers.Linear(6, 6, seed=0)(x))
+    np.testing.assert_array_equal(net(x).data, expected.data)
+
+
+def test_an_activation_without_arguments_to_take_a_number_says_to_pass_the_class():
+    with pytest.raises(TypeError, match=r"^nn.ReLU\(True\) calls the op ReLU, which is applied "
+                                        r"to nodes, nn.ReLU\(x\); in nn.layers.Sequential, pass "
+                                        r"the class, nn.ReLU$"):
+        nn.ReLU(True)
+    with pytest.raises(TypeError, match=r"^nn.GELU\('tanh'\) calls the op GELU.*nn.GELU\(x\);"):
+        nn.GELU("tanh")
+    with pytest.raises(TypeError, match=r"^nn.SELU\(1.0\) calls the op SELU, .*nn.SELU\(x\);"):
+        nn.SELU(1.0)
+    with pytest.raises(TypeError, match=r"^Tanh: x must be a node \(a NetVar\), got ndarray; "
+                                        r"nn.Tanh\(nn.NetVar\(x\)\) for an array$"):
+        nn.Tanh(np.ones(3))
+
+
+def ops_built_as_modules():
+    return sorted(name for name in nn.__all__ if isinstance(getattr(nn, name), AppliedOp))
+
+
+def test_the_ops_built_as_modules_are_found():
+    assert {"Conv2D", "Dropout", "LSTM", "MaxPool2D", "AvgPool2D", "Flatten", "CosineSimilarity",
+            "MSELoss", "SoftmaxCELoss", "HuberLoss", "KLDivLoss"} <= set(ops_built_as_modules())
+
+
+@pytest.mark.parametrize("name", ops_built_as_modules())
+def test_an_op_built_as_a_module_without_its_input_says_how_to_write_it(name):
+    op = getattr(nn, name)
+    with pytest.raises(TypeError, match=rf"^nn.{name}\(\) calls the (op|loss) {name}, "):
+        op()
+    with pytest.raises(TypeError, match=rf"^nn.{name}\(reduction='sum'\) calls the "):
+        op(reduction="sum")                     # a keyword of the module, not of the op
+    assert str(inspect.signature(op)).startswith(    # the op's own, not (*args, **keywords)
+        f"({list(inspect.signature(op.__init__).parameters)[1]}")
+
+
+def test_pools_and_flatten_built_as_modules_give_the_function_to_write():
+    x = nn.NetVar(np.arange(32.0).reshape(1, 2, 4, 4))
+    for call, function in [("nn.MaxPool2D(2)", "lambda x: nn.MaxPool2D(x, 2)"),
+                           ("nn.AvgPool2D(2, stride=1)", "lambda x: nn.AvgPool2D(x, 2, stride=1)"),
+                           ("nn.Flatten()", "lambda x: nn.Flatten(x)"),
+                           ("nn.Flatten(0)", "lambda x: nn.Flatten(x, 0)")]:
+        name = call[3:call.index("(")]
+        with pytest.raises(TypeError) as caught:
+            eval(call)
+        assert str(caught.value).startswith(f"{call} calls the op {name}, which is applied to "
+                                            f"nodes, nn.{name}(x, ")
+        assert str(caught.value).endswith(f"in nn.layers.Sequential, write it as a function: "
+                                          f"{function}")
+        assert nn.layers.Sequential(eval(function))(x).shape == eval(function)(x).shape
+    with pytest.raises(TypeError, match=r"^nn.MaxPool2D\(kernel_size=2\) calls the op MaxPool2D, "
+                                        r"which is applied to nodes, nn.MaxPool2D\(x, size, "
+                                        r"stride=None, padding=0\)$"):
+        nn.MaxPool2D(kernel_size=2)
+    with pytest.raises(TypeError, match=r"^nn.CosineSimilarity\(dim=1\) calls the op "
+                                        r"CosineSimilarity, which is applied to nodes, "
+                                        r"nn.CosineSimilarity\(a, b, axis=-1, eps=1e-08\)$"):
+        nn.CosineSimilarity(dim=1)
+
+
+def test_a_loss_built_as_a_module_says_the_call_is_the_loss_node(y):
+    with pytest.raises(TypeError, match=r"^nn.MSELoss\(\) calls the loss MSELoss, an op applied "
+                                        r"to the prediction and the target: nn.MSELoss\(p, t, "
+                                        r"mask=None, lengths=None\) is the loss node \(loss = "
+                                        r"nn.MSELoss\(prediction, target\); loss.back\(\)\), "
+                                        r"with no loss object to build first$"):
+        nn.MSELoss()
+    with pytest.raises(TypeError, match=r"^nn.HuberLoss\(delta=0.5\) calls the loss HuberLoss.*"
+                                        r"nn.HuberLoss\(p, t, d=1.0\) is the loss node"):
+        nn.HuberLoss(delta=0.5)
+    with pytest.raises(TypeError, match=r"^nn.SoftmaxCELoss\(\) calls the loss SoftmaxCELoss"):
+        nn.SoftmaxCELoss()
+    # the losses' own calls, by position, by name, of plain numbers, pass
+    assert nn.MSELoss(p=y, t=np.zeros((2, 3))).item() == nn.MSELoss(y, np.zeros((2, 3))).item()
+    assert nn.MSELoss(2.0, 3.0).item() == 1.0
+    assert nn.Dropout(x=y, p=0.0) is not None and nn.Flatten(x=y).shape == (2, 3)
+
+
+def test_an_op_built_as_a_module_still_pickles(y):
+    # unpickling calls __new__ with no arguments, as nn.Dropout() would: the call of the class,
+    # not __new__, is what is checked
+    import pickle
+    for node in (nn.Dropout(y, 0.5), nn.MSELoss(y, np.ones((2, 3))), nn.Flatten(y),
+                 nn.MaxPool2D(nn.NetVar(np.ones((1, 1, 2, 2))), 2)):
+        thawed = pickle.loads(pickle.dumps(node))
+        assert type(thawed) is type(node)
+        np.testing.assert_array_equal(thawed.data, node.data)
 
 
 # ----------------------------------------------------------------------------- optimizers

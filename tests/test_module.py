@@ -54,6 +54,30 @@ def test_vars_are_found_by_assignment_each_once_in_order():
     assert list(net.named_buffers()) == ["stats.running_mean", "stats.running_var"]
 
 
+def test_buffers_called_as_a_method_names_named_buffers():
+    model = nn.layers.Sequential(nn.layers.Linear(4, 4, seed=0), nn.layers.BatchNorm(4))
+    with pytest.raises(TypeError, match=r"^Sequential.buffers is a class attribute, the names "
+                                        r"of the attributes that hold the class's own buffers "
+                                        r"\(\), not a method: a model's buffers are "
+                                        r"model.named_buffers\(\), a dict of dotted name"):
+        model.buffers()
+    assert list(model.named_buffers()) == ["layers.1.stats.running_mean",
+                                           "layers.1.stats.running_var"]
+
+    class Counter(nn.Module):
+        buffers = ("count",)                # a plain tuple, as a subclass writes it
+        def __init__(self):
+            self.count = np.zeros(2)
+
+    with pytest.raises(TypeError, match=r"^Counter.buffers is a class attribute, .*buffers "
+                                        r"\('count',\), not a method"):
+        Counter().buffers()
+    # still the tuple of names that the walk and capture read (type(owner).buffers)
+    assert Counter.buffers == ("count",) and isinstance(Counter.buffers, tuple)
+    assert type(Counter.buffers + ("steps",)) is tuple
+    assert list(Counter().named_buffers()) == ["count"] and "count" in Counter().state()
+
+
 def test_constants_graphs_and_other_attributes_are_not_parameters():
     net = Net()
     out = net(np.ones((4, 3)))

@@ -133,3 +133,85 @@ def test_the_loss_reductions_the_page_states():
         F * theirs(torch.nn.HuberLoss(delta=0.5)), rel=1e-14)
     assert ours(nn.HuberLoss, 0.5) / 0.5 == pytest.approx(
         F * theirs(torch.nn.SmoothL1Loss(beta=0.5)), rel=1e-14)
+
+
+def test_the_same_spelling_rows_hold():
+    """Each row of "Same spelling, another meaning": the spelling differs, the page's remedy
+    is PyTorch's value."""
+    F = torch.nn.functional
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(2, 3, 6)), rng.normal(size=(2, 3, 6))
+    x, t = nn.NetVar(a, dtype=np.float64), torch.tensor(a)
+    y, u = nn.NetVar(b, dtype=np.float64), torch.tensor(b)
+
+    def same(ours, theirs):
+        return np.allclose(np.asarray(ours.data).reshape(-1), theirs.numpy().reshape(-1),
+                           rtol=1e-12, atol=1e-14) and ours.shape == tuple(theirs.shape)
+
+    assert not same(x.var(), t.var()) and same(x.var(ddof=1), t.var())
+    assert same(x.norm(1), t.norm(dim=1)) and abs(x).sum().item() == pytest.approx(
+        t.norm(1).item(), rel=1e-13)
+    assert same(x.flatten(), torch.nn.Flatten()(t)) and same(x.flatten(0), t.flatten())
+    assert [part.shape for part in nn.Split(x, 2, axis=2)] == [(2, 3, 3)] * 2
+    assert all(same(p, q) for p, q in zip(nn.Split(x, [2, 4], axis=2), t.split(2, 2)))
+    assert not nn.CosineSimilarity(x, y).shape == tuple(F.cosine_similarity(t, u).shape)
+    assert same(nn.CosineSimilarity(x, y, axis=1), F.cosine_similarity(t, u))
+    assert same(nn.GELU(x), F.gelu(t, approximate="tanh"))
+    grid = np.linspace(-6, 6, 20001)
+    gap = np.abs(nn.GELU(nn.NetVar(grid, dtype=np.float64)).data.reshape(-1)
+                 - F.gelu(torch.tensor(grid)).numpy())
+    assert 4e-4 < gap.max() < 5e-4
+    assert nn.Pad(x, (1, 2)).shape == (5, 6, 9) != tuple(F.pad(t, (1, 2)).shape)
+    assert same(nn.Pad(x, ((0, 0), (0, 0), (1, 2))), F.pad(t, (1, 2)))
+
+
+def test_cosine_lr_equals_cosine_annealing_until_its_total_only():
+    ours = nn.Adam([nn.NetVar([1.0])], lr=0.1)
+    schedule = nn.CosineLR(ours, total=4, min_lr=0.01)
+    theirs = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=0.1)
+    reference = torch.optim.lr_scheduler.CosineAnnealingLR(theirs, T_max=4, eta_min=0.01)
+    rates = []
+    for _ in range(8):
+        schedule.step()
+        theirs.step()
+        reference.step()
+        rates.append((ours.lr, theirs.param_groups[0]["lr"]))
+    assert all(mine == pytest.approx(other, rel=1e-12) for mine, other in rates[:4])
+    assert [mine for mine, _ in rates[4:]] == [0.01] * 4
+    assert rates[-1][1] == pytest.approx(0.1)           # PyTorch's is back at the base lr
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM"])
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_one_bias_with_twice_the_lr_trains_as_pytorchs_two(kind, optimizer):
+    previous = nn.get_dtype()
+    nn.set_dtype("float64")
+    try:
+        ours = getattr(nn.layers, kind)(2, 3, seed=0)
+        theirs = getattr(torch.nn, kind)(2, 3).double()
+        theirs.load_state_dict({name: torch.from_numpy(np.asarray(value))
+                                for name, value in nn.torch_state(ours).items()})
+        x = np.random.default_rng(0).standard_normal((4, 1, 2))
+        for bias_lr, equal in ((0.1, False), (0.2, True)):
+            model = getattr(nn.layers, kind)(2, 3, seed=0)
+            model.load_state(ours.state())
+            reference = getattr(torch.nn, kind)(2, 3).double()
+            reference.load_state_dict(theirs.state_dict())
+            others = [p for p in model.vars if p is not model.b]
+            groups = [{"params": others}, {"params": [model.b], "lr": bias_lr}]
+            if optimizer == "SGD":
+                mine = nn.GD(groups, lr=0.1, momentum=0)
+                other = torch.optim.SGD(reference.parameters(), lr=0.1)
+            else:
+                mine = nn.Adam(groups, lr=0.1)
+                other = torch.optim.Adam(reference.parameters(), lr=0.1)
+            for _ in range(4):
+                (model(x) ** 2).sum().back()
+                mine.step()
+                other.zero_grad()
+                (reference(torch.from_numpy(x))[0] ** 2).sum().backward()
+                other.step()
+            summed = (reference.bias_ih_l0 + reference.bias_hh_l0).detach().numpy()
+            assert np.allclose(model.b.data.reshape(-1), summed, rtol=1e-12, atol=1e-13) is equal
+    finally:
+        nn.set_dtype(previous)

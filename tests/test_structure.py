@@ -477,17 +477,22 @@ def test_submodules_stay_importable():
 
 # ----------------------------------------------------------------------------- ops named as layers
 # An op that shares its name with a layer (nn.Conv2D and nn.layers.Conv2D), called the way its
-# layer is, raises a TypeError naming the layer (hints.refuse_layer_calls, one line in the op).
+# layer is (its sizes as positional numbers, its options by keyword, or nothing), raises a
+# TypeError naming the layer (hints.AppliedOp, in the op's class header).
 
 
-def layer_call(layer):
-    """Arguments calling ``layer`` the simplest way: 4 for each required argument (the first
-    argument's default when none is required: Dropout(p=0.5))."""
+def layer_calls(layer):
+    """The ways of calling ``layer`` that the op of its name must refuse, as (args, keywords):
+    4 for each required argument (the first argument's default when none is required:
+    Dropout(0.5)); its first argument by keyword (Dropout(p=0.5)); nothing at all."""
     import inspect
     parameters = [p for p in list(inspect.signature(layer.__init__).parameters.values())[1:]
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     required = [4 for p in parameters if p.default is p.empty]
-    return required or [parameters[0].default]
+    first = parameters[0]
+    return [(required or [first.default], {}),
+            ((), {first.name: 4 if first.default is first.empty else first.default}),
+            ((), {})]
 
 
 def ops_named_as_layers():
@@ -499,25 +504,27 @@ def ops_named_as_layers():
 
 
 def layer_rule_offenders():
-    """Each op named as a layer which, called as its layer is, does not name the layer."""
+    """Each call of an op named as a layer which, made as its layer's is, does not name the
+    layer."""
     import nnkit
     offenders = []
     for name in ops_named_as_layers():
-        args = layer_call(getattr(nnkit.layers, name))
-        shown = ", ".join(map(repr, args))
-        try:
-            getattr(nnkit, name)(*args)
-        except TypeError as error:
-            if f"nn.layers.{name}({shown})" in str(error):
-                continue
-            offenders.append(f"nn.{name}({shown}) raised {error!r}, not naming "
-                             f"nn.layers.{name}({shown}): give the op class the line "
-                             f'__new__ = refuse_layer_calls("{name}")')
-        except Exception as error:      # noqa: BLE001 (any other error is the offence)
-            offenders.append(f"nn.{name}({shown}) raised {error!r}, not a TypeError naming "
-                             f"nn.layers.{name}({shown})")
-        else:
-            offenders.append(f"nn.{name}({shown}) built an op")
+        for args, keywords in layer_calls(getattr(nnkit.layers, name)):
+            shown = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in keywords.items())])
+            expected = f"nn.layers.{name}({shown or '...'})"
+            try:
+                getattr(nnkit, name)(*args, **keywords)
+            except TypeError as error:
+                if expected in str(error):
+                    continue
+                offenders.append(f"nn.{name}({shown}) raised {error!r}, not naming {expected}: "
+                                 "give the op class metaclass=AppliedOp and "
+                                 'module_call = "layer" (nnkit.hints)')
+            except Exception as error:      # noqa: BLE001 (any other error is the offence)
+                offenders.append(f"nn.{name}({shown}) raised {error!r}, not a TypeError naming "
+                                 f"{expected}")
+            else:
+                offenders.append(f"nn.{name}({shown}) built an op")
     return offenders
 
 
@@ -537,8 +544,8 @@ def test_the_layer_rule_checker_names_a_planted_offender(monkeypatch):
     monkeypatch.setattr(nnkit.layers, "ReLU", ReLU, raising=False)
     monkeypatch.setattr(nnkit.layers, "__all__", [*nnkit.layers.__all__, "ReLU"])
     assert "ReLU" in ops_named_as_layers()
-    assert [line[:22] for line in layer_rule_offenders() if "ReLU" in line] == [
-        "nn.ReLU(4) raised Attr"]
+    assert [line.split(" raised ")[0] for line in layer_rule_offenders() if "ReLU" in line] == [
+        "nn.ReLU(4)", "nn.ReLU(features=4)", "nn.ReLU()"]
 
 
 # ----------------------------------------------------------------------------- private names

@@ -8,7 +8,10 @@ Also the array helpers that Attention shares with SoftMax: ``boolean_mask`` (a m
 checked and moved to the data's device) and ``softmax`` (the masked softmax of an array).
 
 Each op's x defaults to a placeholder (``hints.no_input``) that costs nothing when x is given:
-``nn.ReLU()``, PyTorch's way of making a layer, then says to pass the class ``nn.ReLU``.
+``nn.ReLU()``, PyTorch's way of making a layer, then says to pass the class ``nn.ReLU``. An
+argument written where x goes (``nn.LReLU(0.2)``) fails the first read of ``x._data``, whose
+``try`` (free when nothing is raised) turns it into ``hints.not_a_node``'s TypeError: the op's
+arguments, and the function to put in ``nn.layers.Sequential``.
 """
 
 __all__ = ['ReLU', 'LReLU', 'Sigmoid', 'Tanh', 'SoftMax', 'Softmax', 'LogSoftmax', 'ELU', 'SELU',
@@ -18,7 +21,7 @@ import numpy
 from .. import backend, checks
 from ..core import NetOp, NetVar
 from ..dtypes import wide
-from ..hints import no_input
+from ..hints import no_input, not_a_node
 from .math import Where, last_sum
 from .shape import keyword_error, narrowed, normalize_axis, widened
 
@@ -139,7 +142,10 @@ class ReLU(NetOp):
     __slots__ = ()
 
     def __init__(self, x=no_input("ReLU")):
-        xp = backend.array_module(x._data)
+        try:
+            xp = backend.array_module(x._data)
+        except AttributeError:      # nn.ReLU(True): an argument where the node goes
+            raise not_a_node(ReLU, x) from None
         super().__init__(xp.maximum(x._data, 0), x)
 
     def _back(self, x):
@@ -158,8 +164,11 @@ class LReLU(NetOp):
     __slots__ = ("s",)
 
     def __init__(self, x=no_input("LReLU"), s=0.01):
+        try:
+            xp = backend.array_module(x._data)
+        except AttributeError:      # nn.LReLU(0.2): an argument where the node goes
+            raise not_a_node(LReLU, x, s) from None
         self.s = s = checks.in_range("LReLU", "the slope s", s)
-        xp = backend.array_module(x._data)
         super().__init__(xp.where(x._data > 0, x._data, x._data * s), x)
 
     def _back(self, x):
@@ -180,7 +189,11 @@ class Sigmoid(NetOp):
     __slots__ = ()
 
     def __init__(self, x=no_input("Sigmoid")):
-        super().__init__(sigmoid(x._data, backend.array_module(x._data)), x)
+        try:
+            xd = x._data
+        except AttributeError:      # nn.Sigmoid(True): an argument where the node goes
+            raise not_a_node(Sigmoid, x) from None
+        super().__init__(sigmoid(xd, backend.array_module(xd)), x)
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * self._data * (1 - self._data))
@@ -198,7 +211,11 @@ class Tanh(NetOp):
     __slots__ = ()
 
     def __init__(self, x=no_input("Tanh")):
-        super().__init__(backend.array_module(x._data).tanh(x._data), x)
+        try:
+            xd = x._data
+        except AttributeError:      # nn.Tanh(True): an argument where the node goes
+            raise not_a_node(Tanh, x) from None
+        super().__init__(backend.array_module(xd).tanh(xd), x)
 
     def _back(self, x):
         # The second form: with no Python number in it, NumPy skips converting one, which on
@@ -235,7 +252,10 @@ class SoftMax(NetOp):
     def __init__(self, x=no_input("SoftMax"), axis=-1, mask=None, **keywords):
         if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
             raise keyword_error(type(self).__name__, keywords)
-        xd = x._data
+        try:
+            xd = x._data
+        except AttributeError:      # nn.SoftMax(1): an argument where the node goes
+            raise not_a_node(SoftMax, x, axis, mask) from None
         xp = backend.array_module(xd)
         if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
             axis, mask = _softmax_options("SoftMax", xd, axis, mask, xp)
@@ -285,7 +305,10 @@ class LogSoftmax(NetOp):
     def __init__(self, x=no_input("LogSoftmax"), axis=-1, mask=None, **keywords):
         if keywords:        # PyTorch's dim= and the like, answered with nnkit's spelling
             raise keyword_error(type(self).__name__, keywords)
-        xd = x._data
+        try:
+            xd = x._data
+        except AttributeError:      # nn.LogSoftmax(1): an argument where the node goes
+            raise not_a_node(LogSoftmax, x, axis, mask) from None
         xp = backend.array_module(xd)
         if axis != -1 or mask is not None:     # _max checks the default axis, when it fails
             axis, mask = _softmax_options("LogSoftmax", xd, axis, mask, xp)
@@ -335,7 +358,10 @@ class ELU(NetOp):
     scale = 1.0       # λ of SELU
 
     def __init__(self, x=no_input("ELU"), alpha=1.0):
-        xp = backend.array_module(x._data)
+        try:
+            xp = backend.array_module(x._data)
+        except AttributeError:      # nn.ELU(1.0): an argument where the node goes
+            raise not_a_node(ELU, x, alpha) from None
         self.alpha = alpha = checks.in_range("ELU", "alpha", alpha)
         negative = alpha * xp.expm1(xp.minimum(x._data, 0))     # no overflow for large x
         super().__init__(self.scale * xp.where(x._data > 0, x._data, negative), x)
@@ -363,6 +389,10 @@ class SELU(ELU):
     scale = 1.0507009873554804934193349852946
 
     def __init__(self, x=no_input("SELU")):
+        try:
+            x._data             # read here: ELU's error would name ELU and its alpha
+        except AttributeError:      # nn.SELU(True): an argument where the node goes
+            raise not_a_node(SELU, x) from None
         super().__init__(x, alpha=1.6732632423543772848170429916717)
 
 
@@ -375,7 +405,10 @@ class Softplus(NetOp):
     __slots__ = ()
 
     def __init__(self, x=no_input("Softplus")):
-        xp = backend.array_module(x._data)
+        try:
+            xp = backend.array_module(x._data)
+        except AttributeError:      # nn.Softplus(1.0): an argument where the node goes
+            raise not_a_node(Softplus, x) from None
         super().__init__(xp.maximum(x._data, 0) + xp.log1p(xp.exp(-xp.abs(x._data))), x)
 
     def _back(self, x):
@@ -398,7 +431,10 @@ class GELU(NetOp):
     k = 0.044715
 
     def __init__(self, x=no_input("GELU")):
-        xp = backend.array_module(x._data)
+        try:
+            xp = backend.array_module(x._data)
+        except AttributeError:      # nn.GELU('tanh'): an argument where the node goes
+            raise not_a_node(GELU, x) from None
         xd = wide(x._data)      # float16 x³ overflows at |x| > 40, x² (backward) at |x| > 256
         # In place, in the two arrays the op keeps (e and y): on an FFN's activations each
         # fresh temporary is megabytes, whose pages the allocator maps anew at every call.
@@ -451,7 +487,11 @@ class SiLU(NetOp):
     __slots__ = ("s",)
 
     def __init__(self, x=no_input("SiLU")):
-        self.s = sigmoid(x._data, backend.array_module(x._data))
+        try:
+            xd = x._data
+        except AttributeError:      # nn.SiLU(True): an argument where the node goes
+            raise not_a_node(SiLU, x) from None
+        self.s = sigmoid(xd, backend.array_module(xd))
         super().__init__(x._data * self.s, x)
 
     def _back(self, x):
@@ -476,11 +516,15 @@ class HardTanh(NetOp):
     kept_arrays = ("lo", "hi")
 
     def __init__(self, x=no_input("HardTanh"), lo=-1.0, hi=1.0):
+        try:
+            xd = x._data
+        except AttributeError:      # nn.HardTanh(0.0, 6.0): an argument where the node goes
+            raise not_a_node(HardTanh, x, lo, hi) from None
         lo, hi = checks.number("HardTanh", "lo", lo), checks.number("HardTanh", "hi", hi)
         if not lo < hi:
             raise ValueError(f"HardTanh: lo ({lo:g}) must be below hi ({hi:g})")
         self.lo, self.hi = lo, hi
-        super().__init__(backend.array_module(x._data).clip(x._data, lo, hi), x)
+        super().__init__(backend.array_module(xd).clip(xd, lo, hi), x)
 
     def _back(self, x):
         x.accumulate_same_shape(self._g * ((x._data > self.lo) & (x._data < self.hi)))

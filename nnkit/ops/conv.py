@@ -15,7 +15,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar, constant
-from ..hints import refuse_layer_calls
+from ..hints import AppliedOp
 
 
 def _pair(op, name, value, minimum):
@@ -78,7 +78,7 @@ def _offsets(op, shape, kernel, stride):
     return (Ho, Wo), slices
 
 
-class Conv2D(NetOp):
+class Conv2D(NetOp, metaclass=AppliedOp):
     """2-D convolution (cross-correlation, as PyTorch's ``conv2d``) of NCHW data.
 
     y[n, o, r, c] = b[o] + Σ_{k, i, j} w[o, k, i, j] · x̃[n, k, s·r + i, s·c + j]
@@ -89,7 +89,7 @@ class Conv2D(NetOp):
     an int or a (vertical, horizontal) pair.
     Second derivatives: dx and dw are ops of their own, linear in g and in w (or x).
     """
-    __new__ = refuse_layer_calls("Conv2D")   # nn.Conv2D(16) names nn.layers.Conv2D
+    module_call = "layer"     # nn.Conv2D(16) names nn.layers.Conv2D (hints.AppliedOp)
     __slots__ = ("padding", "slices", "padded_shape", "cols")
 
     def __init__(self, x, w, b=None, stride=1, padding=0):
@@ -153,9 +153,10 @@ class Conv2D(NetOp):
         return dx, dw, db
 
 
-class _Pool(NetOp):
+class _Pool(NetOp, metaclass=AppliedOp):
     """Shared by the pools: the window geometry on the input padded with ``fill``, and the
-    gradient added back window by window then cropped to x's shape."""
+    gradient added back window by window then cropped to x's shape. ``nn.MaxPool2D(2)``, the
+    pool built as a module, says to apply it to a node (hints.AppliedOp)."""
     __slots__ = ("padding", "padded_shape", "slices", "geometry")
 
     def _windows(self, x, size, stride, padding, fill):

@@ -5,11 +5,11 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
-from ..hints import refuse_layer_calls
+from ..hints import AppliedOp
 from .indexing import scatter_add
 
 
-class Embedding(NetOp):
+class Embedding(NetOp, metaclass=AppliedOp):
     """The rows of a (V, D) table picked by integer indices of any shape.
 
     y[i…] = table[indices[i…]]            (y has shape indices.shape + (D,))
@@ -24,7 +24,7 @@ class Embedding(NetOp):
     row stays 0 (to every order of ``grad(create_graph=True)``). ``self.padding_idx`` holds it
     in [0, V).
     """
-    __new__ = refuse_layer_calls("Embedding")   # nn.Embedding(16) names nn.layers.Embedding
+    module_call = "layer"     # nn.Embedding(16) names nn.layers.Embedding (hints.AppliedOp)
     __slots__ = ("padding_idx", "idx")
     kept_arrays = ("idx",)
 

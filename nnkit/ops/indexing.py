@@ -11,6 +11,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar, Output, constant
+from ..hints import AppliedOp
 from .shape import Reshape, keyword_error, normalize_axis
 
 
@@ -269,7 +270,7 @@ class Split(NetOp):
         return (Concat(parts, self.axis),)
 
 
-class Flatten(Reshape):
+class Flatten(Reshape, metaclass=AppliedOp):   # nn.Flatten() says to apply it to a node
     """Merge the axes ``start``…``end`` of x into one (``x.flatten()``).
 
     y = reshape(x, shape[:start] + (Π shape[start:end+1],) + shape[end+1:])

@@ -17,19 +17,25 @@ import numpy
 from .. import backend, checks, core
 from ..core import NetOp, NetVar, constant
 from ..dtypes import wide, wide_sum
+from ..hints import AppliedOp
 from .math import Where
 from .shape import widened
 
 
-class Loss(NetOp):
+class Loss(NetOp, metaclass=AppliedOp):
     """Base class of the losses: marks the extra arguments as targets, not parameters.
 
     ``FFN.vars`` never lists the arguments of a Loss entry. A loss that is a weighted mean may
     set ``denominator``, the total weight it divides by (B rows, Σ wᵢ of the class-index
     losses, the valid positions of a masked MSELoss): the Trainer weighs the batch by it in
     the epoch's mean and across ranks, in ``evaluate`` too (no_grad() records no parents).
+
+    A loss called as a module is built (``nn.MSELoss()``, ``nn.HuberLoss(d=0.5)``: no
+    prediction) says that the call with the prediction and the target is the loss node
+    (``hints.AppliedOp``).
     """
     __slots__ = ("denominator",)
+    module_call = "loss"
 
 
 def _pair(op, p, t):

@@ -11,7 +11,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
-from ..hints import refuse_layer_calls
+from ..hints import AppliedOp
 from ..dtypes import get_dtype, wide
 from ..modes import is_training
 from .math import last_dot, last_sum
@@ -190,7 +190,7 @@ def _standardize(xd, axes, eps):
     return centred.astype(xd.dtype, copy=False), inv.astype(xd.dtype), mean, var
 
 
-class BatchNorm(_Normalization):
+class BatchNorm(_Normalization, metaclass=AppliedOp):
     """Batch normalisation over the batch (and spatial) axes, per feature (channel) on axis 1.
 
     x is (B, F) or (B, C, H, W) (any (B, C, …)); γ and β hold F values (or are None).
@@ -205,7 +205,7 @@ class BatchNorm(_Normalization):
     only once the output exists: a refused call, detect_anomaly()'s included, leaves them as
     they were. Second derivatives rebuild y from ops, without updating the state again.
     """
-    __new__ = refuse_layer_calls("BatchNorm")   # nn.BatchNorm(16) names nn.layers.BatchNorm
+    module_call = "layer"     # nn.BatchNorm(16) names nn.layers.BatchNorm (hints.AppliedOp)
     __slots__ = ("stat_axes", "running_mean")
     feature_axis = 1
 
@@ -247,7 +247,7 @@ class BatchNorm(_Normalization):
             state.update(mean.reshape(-1), var.reshape(-1), n)
 
 
-class LayerNorm(_Normalization):
+class LayerNorm(_Normalization, metaclass=AppliedOp):
     """Layer normalisation over the last axis (each row on its own, in training and evaluation).
 
     μ, σ² = mean and biased variance of x over the last axis (D values)
@@ -256,7 +256,7 @@ class LayerNorm(_Normalization):
     dγ = Σ g · x̂,  dβ = Σ g   (sums over every axis but the last)
     eps must be positive and finite.
     """
-    __new__ = refuse_layer_calls("LayerNorm")   # nn.LayerNorm(16) names nn.layers.LayerNorm
+    module_call = "layer"     # nn.LayerNorm(16) names nn.layers.LayerNorm (hints.AppliedOp)
     __slots__ = ()
     feature_axis = -1
     stat_axes = (-1,)

@@ -15,6 +15,7 @@ import numpy
 from .. import backend, checks
 from ..core import NetOp
 from ..dtypes import wide
+from ..hints import AppliedOp
 from .arithmetic import _nodes
 from .shape import keyword_error, narrowed, normalize_axes, normalize_axis, widened
 
@@ -272,7 +273,7 @@ class Norm(NetOp):
         return (spread(self, g, x) * (x * (1 - zero)) / (y + zero),)
 
 
-class CosineSimilarity(NetOp):
+class CosineSimilarity(NetOp, metaclass=AppliedOp):    # nn.CosineSimilarity(dim=1) too
     """Cosine of the angle between a and b along ``axis`` (not a loss: one value per vector).
 
     Equal to PyTorch's ``cosine_similarity(a, b, dim=axis, eps)`` (below eps the gradient is

@@ -8,11 +8,11 @@ Notation: input x, output y, upstream gradient g.
 __all__ = ['Dropout', 'L2Reg']
 from .. import backend, checks
 from ..core import NetOp, NetVar
-from ..hints import refuse_layer_calls
+from ..hints import AppliedOp
 from ..modes import is_training
 
 
-class Dropout(NetOp):
+class Dropout(NetOp, metaclass=AppliedOp):
     """Inverted dropout: zero each element with probability p, scale the rest by 1/(1 − p).
 
     training:   m = [u ≥ p] / (1 − p),  u uniform in [0, 1) from nnkit's seeded generator
@@ -20,7 +20,7 @@ class Dropout(NetOp):
     evaluation (``with nnkit.eval_mode():``) or p = 0:   y = x,  dx = g
     p must be in [0, 1). The expected value of y equals x, so nothing changes at evaluation.
     """
-    __new__ = refuse_layer_calls("Dropout")   # nn.Dropout(16) names nn.layers.Dropout
+    module_call = "layer"     # nn.Dropout(16) names nn.layers.Dropout (hints.AppliedOp)
     __slots__ = ("mask",)
 
     def __init__(self, x, p=0.5):

@@ -26,7 +26,7 @@ import numpy
 
 from ... import backend, checks
 from ...core import NetOp, NetVar, Output, constant
-from ...hints import refuse_layer_calls
+from ...hints import AppliedOp
 from .activations import ACTIVATIONS, sigmoid_, tanh_
 from .validation import _check_state, _check_weights, _lengths, _node, _shape
 
@@ -284,7 +284,7 @@ class FinalCellState(Output, RecurrentState):
         Output.__init__(self, op, 1, op.cell_states[op.final_position])
 
 
-class RNN(_Recurrent):
+class RNN(_Recurrent, metaclass=AppliedOp):
     """Fused simple recurrent layer (Brainstorm's), one node for a whole ragged batch.
 
     a_t = x_t·W + y_{t−1}·R + b,   y_t = f(a_t),   y_{−1} = h0 (zeros when None)
@@ -297,7 +297,7 @@ class RNN(_Recurrent):
     each sequence at its own last step. PyTorch ``nn.RNN``: W = weight_ih_l0ᵀ,
     R = weight_hh_l0ᵀ, b = bias_ih_l0 + bias_hh_l0 (``nonlinearity`` = activation).
     """
-    __new__ = refuse_layer_calls("RNN")   # nn.RNN(16) names nn.layers.RNN
+    module_call = "layer"     # nn.RNN(16) names nn.layers.RNN (hints.AppliedOp)
     __slots__ = ("activation",)
     activations = tuple(sorted(ACTIVATIONS))     # the names ``activation`` accepts
 
@@ -331,7 +331,7 @@ class RNN(_Recurrent):
         return G, G
 
 
-class LSTM(_Recurrent):
+class LSTM(_Recurrent, metaclass=AppliedOp):
     """Fused long short-term memory layer, one node for a whole ragged batch.
 
     [i f g o] = x_t·W + h_{t−1}·R + b   (gates side by side, PyTorch's order)
@@ -346,7 +346,7 @@ class LSTM(_Recurrent):
     its own last step. PyTorch ``nn.LSTM``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ,
     b = bias_ih_l0 + bias_hh_l0 (a forget-gate bias of 1 is b[H:2H] = 1).
     """
-    __new__ = refuse_layer_calls("LSTM")   # nn.LSTM(16) names nn.layers.LSTM
+    module_call = "layer"     # nn.LSTM(16) names nn.layers.LSTM (hints.AppliedOp)
     __slots__ = ("cell_states", "tanh_cells", "gate_values")
     gates = 4
     states = 2
@@ -410,7 +410,7 @@ class LSTM(_Recurrent):
         return dZ, dZ
 
 
-class GRU(_Recurrent):
+class GRU(_Recurrent, metaclass=AppliedOp):
     """Fused gated recurrent unit (PyTorch's convention), one node for a whole ragged batch.
 
     [a_r a_z a_n] = x_t·W + b_i,   [u_r u_z u_n] = h_{t−1}·R + b_h   (gates r, z, n in order)
@@ -424,7 +424,7 @@ class GRU(_Recurrent):
     h_{t−1}·R_n + b_h,n, so the two biases differ); h0 (B, H) or (1, H); lengths (B,).
     PyTorch ``nn.GRU``: W = weight_ih_l0ᵀ, R = weight_hh_l0ᵀ, b = stack([bias_ih_l0, bias_hh_l0]).
     """
-    __new__ = refuse_layer_calls("GRU")   # nn.GRU(16) names nn.layers.GRU
+    module_call = "layer"     # nn.GRU(16) names nn.layers.GRU (hints.AppliedOp)
     __slots__ = ("recurrent_share", "gate_values")
     gates = 3
     two_biases = True
