@@ -1,5 +1,6 @@
 """``capture`` and ``Captured``: which recording a call replays, or whether it records, checks
 against eager or runs eagerly (the package's docstring tells the whole story)."""
+import threading
 import warnings
 
 import numpy
@@ -44,6 +45,7 @@ class Captured:
         self.warned_inputs = False
         self.records = self.replays = 0
         self.__wrapped__ = fn
+        self._busy = threading.Lock()   # the buffers are one: one call at a time replays
 
     def __repr__(self):
         return (f"capture({getattr(self.fn, '__qualname__', self.fn)!r}: {len(self.schedules)} "
@@ -52,13 +54,23 @@ class Captured:
     def __call__(self, *inputs):
         if core.observers or recording.active is not None:
             return self.fn(*inputs)         # an observer sees every op: eager (docs/capture.md)
+        if not self._busy.acquire(blocking=False):
+            return self.fn(*inputs)         # another thread replays or records: eager
+        try:
+            return self._call(inputs)
+        finally:
+            self._busy.release()
+
+    def _call(self, inputs):
         key = signature(inputs)
         if key is None:             # an input capture cannot compare: eager (warned once)
             if not self.warned_inputs:
                 self.warned_inputs = True
                 warnings.warn(f"capture: {_name(self.fn)} runs eagerly: its inputs must be "
-                              "arrays, nodes, numbers or strings (a list or dict could change "
-                              "behind a replay's back)", stacklevel=2)
+                              "arrays, nodes, numbers or strings (NumPy's own arrays, not a "
+                              "subclass such as a masked array, whose copy would lose its "
+                              "mask; a list or dict could change behind a replay's back)",
+                              stacklevel=3)
             return self.fn(*inputs)
         keyed = self.keyed.get(key, ())
         if keyed:
@@ -81,18 +93,21 @@ class Captured:
             schedule.records_in_a_row += 1
             if schedule.records_in_a_row == 4:
                 warnings.warn(f"capture: {_name(self.fn)} recorded again {schedule.records_in_a_row} "
-                              f"calls in a row ({why}): replays gain nothing", stacklevel=2)
+                              f"calls in a row ({why}): replays gain nothing", stacklevel=3)
         elif len(self.schedules) >= self.max_signatures:
             warnings.warn(f"capture: {_name(self.fn)} met more than {self.max_signatures} "
                           "signatures (input shapes, dtypes, modes); the oldest is forgotten: "
-                          "pad to fewer shapes (docs/capture.md, 'Buckets')", stacklevel=2)
+                          "pad to fewer shapes (docs/capture.md, 'Buckets')", stacklevel=3)
             del self.schedules[next(iter(self.schedules))]
         self.records += 1
         try:
             new, result = Schedule.record(self.fn, inputs)
         except (NotRecorded, Unrecordable) as refusal:
+            if isinstance(refusal, NotRecorded) and not refusal.lasting:
+                self.records -= 1           # this call runs eagerly (a recording kept stays)
+                return self.fn(*inputs)
             warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
-                          f"{refusal}", stacklevel=2)
+                          f"{refusal}", stacklevel=3)
             self.schedules[key] = str(refusal)
             # an Unrecordable step ran (eagerly) while recording; a NotRecorded one did not
             return self.fn(*inputs) if isinstance(refusal, NotRecorded) else refusal.result
@@ -134,7 +149,7 @@ class Captured:
                 f"its first replay differed from eager in {difference}: the step reads "
                 "something capture cannot see (docs/capture.md, 'What a replay checks')")
             warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: {why}",
-                          stacklevel=3)
+                          stacklevel=4)
             return eager
         schedule.verified = True
         self.replays += 1
@@ -154,7 +169,8 @@ def signature(inputs):
             first = next(j for j, other in enumerate(inputs) if other is value)  # given twice
             parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad,
                           value._g is None, first))      # a gradient at entry is added to
-        elif backend.is_array(value):        # (a GPU array: recording refuses it, by name)
+        elif type(value) is numpy.ndarray or (backend.is_array(value) and not isinstance(
+                value, numpy.ndarray)):     # (a GPU array: recording refuses it, by name)
             parts.append(("array", type(value), value.shape, value.dtype))
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
             parts.append(("value", exact(value)))        # -0.0 is not 0.0

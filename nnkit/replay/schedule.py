@@ -11,6 +11,7 @@ import threading
 import numpy
 
 from .. import backend, core
+from ..arraylike import gradient_only_read
 from ..core import NetVar, constant
 from ..optim import flat
 from ..optim.base import Optimizer
@@ -42,6 +43,12 @@ class Schedule:
         if any(not isinstance(array, _ndarray) for array in arrays):
             raise NotRecorded("capture records steps on NumPy arrays; on a GPU the step runs as "
                               "it is (docs/capture.md)")
+        for leaf in world.leaves:
+            if leaf._g is not None and gradient_only_read(leaf):
+                raise NotRecorded(f"the gradient of {leaf._describe()} is the zeros reading "
+                                  "its .g made, which its optimizer skips as no gradient and "
+                                  "a replay could not tell from one: this call runs eagerly",
+                                  lasting=False)
         for k in world.inputs_held:
             raise NotRecorded(f"input {k} is a parameter of the step's model or optimizer: a "
                               "replay's copy of it would not see the optimizer's update")
@@ -109,6 +116,7 @@ class Schedule:
         schedule._find_readers()
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.wants = [leaf.requires_grad for leaf in schedule.leaves]
+        schedule.groups = _groups(world.optimizers)
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
         # the parameters' data and the buffers: arrays that live on (not the gradients)
         schedule.state_roots = {id(_root(array)) for _, array, lasting in state if lasting}
@@ -267,6 +275,8 @@ class Schedule:
             return "a parameter's gradient was set or reset outside the step"
         if [leaf.requires_grad for leaf in self.leaves] != self.wants:
             return "a parameter's requires_grad was changed"
+        if _groups(self.world.optimizers) != self.groups:
+            return "an optimizer's parameters or groups changed"
         held = self.world.held()
         if len(held) != len(self.held) or not all(map(operator.is_, held, self.held)):
             differences = changed(self.snapshot, self.world.snapshot())
@@ -465,7 +475,12 @@ class Schedule:
 
 class NotRecorded(Exception):
     """The step runs eagerly, nothing recorded: its parameters or inputs live on a GPU, or an
-    input shares memory with its parameters or buffers (a copy would not see their updates)."""
+    input shares memory with its parameters or buffers (a copy would not see their updates).
+    ``lasting``: the signature runs eagerly from then on (else this call only)."""
+
+    def __init__(self, message, lasting=True):
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class Meeting:
@@ -488,6 +503,12 @@ class Meeting:
 
     def after(self, node):
         pass
+
+
+def _groups(optimizers):
+    """Each optimizer's parameters, group by group (by identity)."""
+    return [[[id(p) for p in group["params"]] for group in optimizer.param_groups]
+            for optimizer in optimizers]
 
 
 def _state_arrays(world):

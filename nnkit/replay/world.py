@@ -18,6 +18,8 @@ arguments, a ``__call__``'s object, code reached in ways no name shows).
   layer or changing ``dropout.p`` records again; the functions a Module keeps (a lambda in a
   Sequential) are read as the step's.
 """
+import array
+import collections
 import dis
 import functools
 import inspect
@@ -37,6 +39,11 @@ _VALUES = (int, float, complex, bool, str, bytes, type(None), numpy.generic, num
 # are not looked into (an nnkit object a step reads, a learning-rate schedule, is)
 _FOREIGN = frozenset(("numpy", "builtins", "math", "functools", "itertools", "torch"))
 _SKIPPED_MODULES = _FOREIGN | {"nnkit"}
+# code not read as the step's: nnkit's, the libraries' and the standard library's (logging,
+# copy, json: their own state is not the step's settings)
+_LIBRARIES = _FOREIGN | frozenset(sys.stdlib_module_names)
+_SKIPPED_CODE = _LIBRARIES | {"nnkit"}
+_SEQUENCES = (collections.deque, array.array, bytearray)     # compared by contents
 _DEEPEST = 16       # calls and attributes followed before the step runs (world.meet: as it runs)
 _DYNAMIC = frozenset(("getattr", "vars", "__dict__"))   # code that reads attributes by name
 
@@ -89,7 +96,7 @@ class World:
         if code in self._met:
             return
         self._met.add(code)
-        if _skipped(frame.f_globals.get("__name__", ""), _SKIPPED_MODULES):
+        if _skipped(frame.f_globals.get("__name__", ""), _SKIPPED_CODE):
             return
         names = _attribute_names(code)
         where = getattr(code, "co_qualname", code.co_name)
@@ -132,6 +139,9 @@ class World:
         for index, value in enumerate(fn.__defaults__ or ()):
             self._visit_read(lambda f=fn, i=index: f.__defaults__[i],
                              f"{where}: default {index}", depth, names)
+        for name in fn.__kwdefaults__ or ():
+            self._visit_read(lambda f=fn, n=name: f.__kwdefaults__[n],
+                             f"{where}: default {name}", depth, names)
 
     def _read_code(self, code, globals_, where, depth, names):
         """The globals ``code`` reads (all of them when it calls ``globals()``) and the
@@ -161,6 +171,8 @@ class World:
                 self._visit_attributes(value, where, depth, names)
         elif isinstance(value, Optimizer):
             self._add(value, self.optimizers)
+            if depth < _DEEPEST:        # what the code names: its rate, its groups
+                self._visit_attributes(value, where, depth, names)
         elif isinstance(value, NetVar):
             if not value._parents:
                 self._add(value, self.leaves)
@@ -173,7 +185,7 @@ class World:
                         self._visit(item, f"{where}[{key!r}]", None, depth + 1, names)
         elif isinstance(value, (types.FunctionType, types.MethodType)):
             if getattr(value, "__module__", "") and not _skipped(value.__module__,
-                                                                 _SKIPPED_MODULES):
+                                                                 _SKIPPED_CODE):
                 self._read_function(value, f"{where}", depth)
         elif isinstance(value, functools.partial):      # its function, arguments and keywords
             self._guard(f"{where}.args", lambda p=value: p.args, value.args)
@@ -188,11 +200,24 @@ class World:
                 self._visit_attributes(value, where, depth, names)
         elif isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
             self._visit(value.__wrapped__, where, None, depth + 1)   # lru_cache, wraps
-        elif not isinstance(value, _VALUES + (_ndarray, set)) and depth < _DEEPEST \
-                and not _skipped(type(value).__module__, _FOREIGN):
-            if hasattr(value, "__dict__") and _DYNAMIC.intersection(names):
-                self._add(value, self.objects)      # read by a name held in a string
+        elif not isinstance(value, _VALUES + (_ndarray, set) + _SEQUENCES) \
+                and depth < _DEEPEST and not _skipped(type(value).__module__, _FOREIGN):
+            if _DYNAMIC.intersection(names):        # read by a name held in a string
+                self._hold(value, depth)
             self._visit_attributes(value, where, depth, names)
+
+    def _hold(self, value, depth):
+        """Compare ``value``'s attributes, all of them, at every replay (``held``), and those
+        of the plain objects among them (a section of a settings object)."""
+        if not hasattr(value, "__dict__") or any(value is held for held in self.objects):
+            return
+        self.objects.append(value)
+        for attribute in vars(value).values():
+            if depth < _DEEPEST and not isinstance(
+                    attribute, (Module, Optimizer, NetVar, type, types.ModuleType,
+                                types.FunctionType, types.MethodType) + _VALUES) \
+                    and not _skipped(type(attribute).__module__, _FOREIGN):
+                self._hold(attribute, depth + 1)
 
     def _visit_attributes(self, value, where, depth, names):
         """The attributes of ``value`` (an object, a class or a module) that the step's code
@@ -208,7 +233,8 @@ class World:
             if isinstance(static, (staticmethod, classmethod)):
                 static = static.__func__
             if isinstance(static, types.FunctionType):      # cfg.get(): its code too
-                skipped = _SKIPPED_MODULES if isinstance(value, Module) else _FOREIGN
+                nnkits = isinstance(value, (Module, Optimizer))     # (nnkit's code: not read)
+                skipped = _SKIPPED_CODE if nnkits else _LIBRARIES
                 if not _skipped(static.__module__, skipped):
                     bound = isinstance(value, (type, types.ModuleType)) or isinstance(
                         inspect.getattr_static(type(value), name, None), staticmethod)
@@ -240,8 +266,13 @@ class World:
             self.guards.append((where, read, (value, _exact_items(value)), "values"))
         elif isinstance(value, set) and all(isinstance(item, _VALUES) for item in value):
             self.guards.append((where, read, (value, frozenset(value)), "set"))
+        elif isinstance(value, _SEQUENCES):
+            self.guards.append((where, read, (value, list(map(exact, value))), "sequence"))
+        elif isinstance(value, (types.MethodType, types.BuiltinMethodType,
+                                types.MethodWrapperType)):
+            self.guards.append((where, read, value, "equal"))  # made anew at each reading
         elif isinstance(value, (list, dict)) and len(value) <= _LONGEST:
-            self.guards.append((where, read, (value, _shallow(_items(value))), "items"))
+            self.guards.append((where, read, (value, _in_order(value)), "items"))
         else:
             self.guards.append((where, read, value, "is"))
 
@@ -294,8 +325,9 @@ def _changing(holder):
 def changed(before, after, ignore=()):
     """``(holder, name)`` of each attribute that differs between two snapshots (``ignore``: the
     ``(id(holder), name)`` a step changes by design)."""
-    differences = []
-    for (holder, old), (_, new) in zip(before, after):
+    differences, earlier = [], {id(holder): old for holder, old in before}
+    for holder, new in after:           # (holders found while the step ran: not in before)
+        old = earlier.get(id(holder), new)
         for name in set(old) | set(new):
             if (id(holder), name) not in ignore and old.get(name, _MISSING) != new.get(name, _MISSING):
                 differences.append((holder, name))
@@ -326,7 +358,11 @@ def failed_guard(guards):
         elif how == "items":
             container, items = expected
             if value is not container or len(value) != len(items) or \
-                    _shallow(_items(value)) != items:
+                    _in_order(value) != items:
+                return f"{where} (a {type(container).__name__}) changed"
+        elif how == "sequence":
+            container, items = expected
+            if value is not container or list(map(exact, value)) != items:
                 return f"{where} (a {type(container).__name__}) changed"
         elif how == "array":
             array, contents = expected
@@ -347,6 +383,12 @@ def _items(container):
 
 def _equal(a, b):
     return exact(a) == exact(b)
+
+
+def _in_order(container):
+    """A list's or dict's items, in order (a dict reordered is another dict to the step that
+    walks it), as ``_shallow`` compares them."""
+    return list(_shallow(_items(container)).items())
 
 
 def _exact_items(container):

@@ -37,6 +37,16 @@ class Config:
     pass
 
 
+def records_again_when_changed(scale, change):
+    """The scenario (``same_as_eager``) gives eager's bits, recording once more: at the change
+    ``change`` makes from call 3 on."""
+    try:
+        step = same_as_eager(scale, change)
+    finally:
+        change(0)
+    assert step.records == 2, step
+
+
 # ------------------------------------------------------------------ code met as the step runs
 
 class Tempered(nn.Module):
@@ -196,12 +206,7 @@ CODE_PATHS = {
 def test_what_code_met_as_the_step_runs_reads_records_again_when_it_changes(path):
     # guard: the code a recording runs is read as it runs (world.meet: the functions, their
     # arguments and globals), and the bindings of the methods the step names are compared
-    scale, change = CODE_PATHS[path]
-    try:
-        step = same_as_eager(scale, change)
-    finally:
-        change(0)
-    assert step.records == 2, step
+    records_again_when_changed(*CODE_PATHS[path])
 
 
 def test_a_partial_inside_a_sequential_records_again_when_its_global_changes():
@@ -269,12 +274,7 @@ LOOKUPS = {
 def test_settings_looked_up_dynamically_or_nested_record_again_when_they_change(lookup):
     # guard: an object read dynamically (getattr, vars, __getattr__) is compared attribute by
     # attribute; nested containers and sets are compared item by item
-    scale, change = LOOKUPS[lookup]
-    try:
-        step = same_as_eager(scale, change)
-    finally:
-        change(0)
-    assert step.records == 2, step
+    records_again_when_changed(*LOOKUPS[lookup])
 
 
 OPTIONS = {"scale": 0.1}
@@ -463,4 +463,201 @@ def test_a_garbage_collection_during_a_recording_is_no_code_of_the_steps():
     finally:
         gc.callbacks.remove(_count_collections)
         gc.set_threshold(*threshold)
+    assert step.records == 1, step
+
+
+# ------------------------------------------------------------------ a third round
+
+def test_a_parameter_group_added_between_calls_records_again():
+    # guard: each optimizer's parameters, group by group, are the recording's (stale)
+    def change(i, layer, opt):
+        if i == 3:          # the bias joins the training (fine-tuning unfreezes a layer)
+            opt.add_param_group({"params": [layer.b], "lr": 0.05})
+    def scenario(captured):
+        nn.seed(0)
+        layer = nn.layers.Linear(4, 3)
+        opt = nn.GD([layer.W], lr=0.1)
+        step = training_step(layer, opt, captured)
+        losses = []
+        for i, (x, y) in enumerate(BATCHES):
+            change(i, layer, opt)
+            losses.append(np.array(step(x, y).data))
+        return losses, [p.data.copy() for p in layer.vars], step
+    eager, captured = scenario(False), scenario(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager[0] + eager[1], captured[0] + captured[1]))
+    # (also recorded: the bias's gradient, outside the optimizer, adds up until it joins)
+    assert captured[2].replays >= 3, captured[2]
+
+
+def test_a_gradient_read_as_zeros_between_calls_runs_that_call_eagerly():
+    # reading p.g of a parameter without a gradient makes zeros that are no gradient (AdamW
+    # skips the parameter); a replay cannot tell them apart from a gradient of zeros
+    def scenario(captured):
+        nn.seed(0)
+        model = nn.Module()
+        model.body, model.unused = nn.layers.Linear(4, 3), nn.layers.Linear(3, 3)
+        opt = nn.AdamW(model.vars, lr=0.01, weight_decay=0.1)
+        step = training_step(model.body, opt, captured)
+        for i, (x, y) in enumerate(BATCHES * 2):
+            step(x, y)
+            if i % 4 == 3:
+                [np.linalg.norm(p.g) for p in model.vars]       # logging the norms
+        return [p.data.copy() for p in model.vars], [s.get("t") for s in opt.state], step
+    eager, captured = scenario(False), scenario(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager[0], captured[0]))
+    assert eager[1] == captured[1]
+    # the unused layer keeps the zeros its read made: from the first logging on, eager
+    assert captured[2].replays >= 3, captured[2]
+
+
+def test_a_learning_rate_the_step_reads_itself_records_again_when_it_changes():
+    # guard: an optimizer's attributes named by the step's code (the rate read live by its
+    # own step() needs none)
+    def scenario(captured):
+        nn.seed(0)
+        layer = nn.layers.Linear(4, 3)
+        opt = nn.GD(layer.vars, lr=0.1)
+
+        def step(x, y):
+            loss = nn.SoftmaxCELoss(layer(x), y) + nn.Sum(layer.W * layer.W) * opt.lr
+            loss.back()
+            opt.step()
+            return loss
+        step = nn.capture(step) if captured else step
+        losses = []
+        for i, (x, y) in enumerate(BATCHES):
+            opt.lr = 0.1 if i < 3 else 0.5
+            losses.append(np.array(step(x, y).data))
+        return losses, step
+    eager, _ = scenario(False)
+    losses, step = scenario(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    assert step.records == 2, step
+
+
+class Section:
+    pass
+
+
+nested = Config()
+nested.loss = Section()
+nested.loss.temperature = 1.0
+SECTION, KEY = "loss", "temperature"
+PIPELINE = {"double": lambda z: z * 2.0, "shift": lambda z: z + 1.0}
+QUEUE = collections.deque([1.0])
+
+
+def _reorder(i, layer=None, opt=None):
+    wanted = ["double", "shift"] if i < 3 else ["shift", "double"]
+    for name in wanted:
+        PIPELINE[name] = PIPELINE.pop(name)
+
+
+def _through_pipeline(z):
+    for transform in PIPELINE.values():
+        z = transform(z)
+    return z
+
+
+def _kw_scaled(z, *, factor=1.0):
+    return z * factor
+
+
+def _set_kwdefault(i, layer=None, opt=None):
+    _kw_scaled.__kwdefaults__["factor"] = 1.0 if i < 3 else 3.0
+
+
+def _set_queue(i, layer=None, opt=None):
+    QUEUE[0] = 1.0 if i < 3 else 3.0
+
+
+MORE = {
+    "a section looked up by names in strings": (
+        lambda z: z / getattr(getattr(nested, SECTION), KEY), changing(nested.loss, KEY)),
+    "a dict reordered in place": (_through_pipeline, _reorder),
+    "a deque": (lambda z: z * QUEUE[0], _set_queue),
+    "a keyword-only default replaced": (_kw_scaled, _set_kwdefault),
+}
+
+
+@pytest.mark.parametrize("case", list(MORE))
+def test_more_settings_record_again_when_they_change(case):
+    # guards: objects read dynamically are compared with the objects they hold; a dict's
+    # order; deques, arrays and bytearrays by contents; keyword-only defaults
+    records_again_when_changed(*MORE[case])
+
+
+def test_a_captured_step_called_from_several_threads_gives_each_eagers_result():
+    # a replay's buffers are the recording's: one thread replays, the others run eagerly
+    import threading
+    nn.seed(0)
+    model = nn.layers.Sequential(nn.layers.Linear(64, 256), nn.Tanh, nn.layers.Linear(256, 10))
+
+    def predict(x):
+        return nn.Softmax(model(x))
+    captured = nn.capture(predict)
+    inputs = [np.random.default_rng(k).standard_normal((64, 64)).astype(np.float32)
+              for k in range(8)]
+    with nn.no_grad():
+        expected = [predict(x).data for x in inputs]
+        captured(inputs[0]), captured(inputs[1])        # recorded, checked: replays follow
+    wrong = []
+
+    def work(k):           # (the products release the GIL: threads switch amid a replay)
+        for _ in range(40):
+            with nn.no_grad():
+                if not np.array_equal(captured(inputs[k]).data, expected[k]):
+                    wrong.append(k)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong and captured.replays > 0, captured
+
+
+def test_an_array_subclass_input_runs_eagerly():
+    # a masked array copied into a buffer would lose its mask: such inputs are not captured
+    nn.seed(0)
+    layer = nn.layers.Linear(4, 3)
+
+    def predict(x):
+        return nn.Sum(layer(nn.constant(x.filled(0.0) if hasattr(x, "filled") else x)))
+    captured = nn.capture(predict)
+    x = np.ma.masked_array(BATCHES[0][0].astype(np.float32), mask=BATCHES[0][0] > 1)
+    with pytest.warns(UserWarning, match="subclass"):
+        assert np.array_equal(captured(x).data, predict(x).data)
+
+
+log = __import__("logging").getLogger("nnkit.tests.capture")
+
+
+def _by_name(settings):
+    return getattr(settings, NAME)
+
+
+SCALE_VAR = __import__("contextvars").ContextVar("scale", default=1.0)
+
+
+@pytest.mark.parametrize("extra", ["logging", "copy", "json", "a helper reading by name",
+                                   "a context variable"])
+def test_a_step_that_logs_or_copies_a_settings_object_replays(extra):
+    # standard-library code the step calls is not read as the step's; objects met while the
+    # step runs are compared with themselves (not shifted against others); a built-in method
+    # made anew at each reading is compared by equality
+    import copy
+    import json
+    settings = Config()
+    settings.scale = 1.0
+    call = {"logging": lambda: log.debug("step"), "copy": lambda: copy.copy(settings),
+            "json": lambda: json.dumps(vars(settings)),
+            "a helper reading by name": lambda: _by_name(settings),
+            "a context variable": lambda: SCALE_VAR.get()}[extra]
+
+    def scale(z):
+        call()
+        return z
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step = same_as_eager(scale, lambda i, layer, opt: None, min_replays=6)
     assert step.records == 1, step
