@@ -56,7 +56,8 @@ class World:
         self.modules, self.optimizers, self.owners = [], [], []
         self.leaves = []        # NetVars reachable before the step (parameters and constants)
         self.objects = []       # objects read by name at run time: compared attribute by attribute
-        self._seen, self._seen_names, self._kept, self._met = set(), {}, [], set()
+        self._seen, self._seen_names, self._kept = set(), {}, []    # what was read, once
+        self._met, self._read = set(), set()        # code met while running, code read before
         for position, value in enumerate(inputs):
             self._visit(value, f"input {position}", None, depth=0)
         self._read_function(fn, _name(fn), depth=0)
@@ -102,7 +103,8 @@ class World:
         where = getattr(code, "co_qualname", code.co_name)
         # (what the step was handed is fixed now: guards and objects only, no new parameter)
         found = self.leaves[:], self.modules[:], self.optimizers[:], self.owners[:]
-        self._read_code(code, frame.f_globals, where, 1, names)
+        if code not in self._read:          # (its globals already read before it ran)
+            self._read_code(code, frame.f_globals, where, 1, names)
         for name, value in frame.f_locals.items():      # at the call: its arguments
             self._visit(value, f"{where}: argument {name}", None, 2, names)
         self.leaves, self.modules, self.optimizers, self.owners = found
@@ -132,6 +134,7 @@ class World:
             return
         code = fn.__code__
         names = _attribute_names(code)
+        self._read.add(code)
         self._read_code(code, fn.__globals__, where, depth, names)
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             self._visit_read(lambda c=cell: c.cell_contents, f"{where}: {name} (closure)",
