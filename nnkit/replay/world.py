@@ -20,6 +20,7 @@ arguments, a ``__call__``'s object, code reached in ways no name shows).
 """
 import array
 import collections
+import contextvars
 import dis
 import functools
 import inspect
@@ -190,6 +191,8 @@ class World:
             if getattr(value, "__module__", "") and not _skipped(value.__module__,
                                                                  _SKIPPED_CODE):
                 self._read_function(value, f"{where}", depth)
+        elif isinstance(value, contextvars.ContextVar):     # its value in this context
+            self._guard(f"{where}.get()", lambda v=value: v.get(_MISSING), value.get(_MISSING))
         elif isinstance(value, functools.partial):      # its function, arguments and keywords
             self._guard(f"{where}.args", lambda p=value: p.args, value.args)
             self._guard(f"{where}.keywords", lambda p=value: p.keywords, value.keywords)

@@ -571,12 +571,17 @@ def _set_queue(i, layer=None, opt=None):
     QUEUE[0] = 1.0 if i < 3 else 3.0
 
 
+def _set_context_scale(i, layer=None, opt=None):
+    SCALE_VAR.set(1.0 if i < 3 else 3.0)
+
+
 MORE = {
     "a section looked up by names in strings": (
         lambda z: z / getattr(getattr(nested, SECTION), KEY), changing(nested.loss, KEY)),
     "a dict reordered in place": (_through_pipeline, _reorder),
     "a deque": (lambda z: z * QUEUE[0], _set_queue),
     "a keyword-only default replaced": (_kw_scaled, _set_kwdefault),
+    "a context variable": (lambda z: z * SCALE_VAR.get(), _set_context_scale),
 }
 
 
