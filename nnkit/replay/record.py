@@ -221,6 +221,9 @@ class Recording:
             out = kwargs["out"]
             self.add(function, args, kwargs, out if type(out) is tuple else (out,))
             return _retrace(self, result)
+        if type(result) is _ndarray and any(result is arg for arg in args[1:]):
+            self.add(function, args, kwargs, (result,))     # out= given by position
+            return _retrace(self, result)
         if result is None:                  # a write into an argument: a[i] = v, add.at, ...
             self.add(function, args, kwargs, _written(function, args))
             return None
@@ -297,6 +300,7 @@ def _retrace(recording, result):
 
 
 _takes_out_cache = {}
+_SHAPED = ("compress", "extract", "nonzero", "flatnonzero", "argwhere", "unique")
 
 
 def _takes_out(function, args, kwargs, result):
@@ -305,8 +309,8 @@ def _takes_out(function, args, kwargs, result):
             hasattr(function, "__self__") and isinstance(function.__self__, numpy.ufunc)):
         return True
     if function in (operator.getitem, _ndarray.__getitem__) or getattr(
-            function, "__name__", "") in ("astype", "copy", "reshape", "transpose"):
-        return False
+            function, "__name__", "") in ("astype", "copy", "reshape", "transpose") + _SHAPED:
+        return False            # (a shape that follows the data: _into checks it)
     try:
         again = numpy.empty_like(result)
         function(*args, **dict(kwargs, out=again))

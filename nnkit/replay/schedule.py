@@ -49,6 +49,11 @@ class Schedule:
                                   "its .g made, which its optimizer skips as no gradient and "
                                   "a replay could not tell from one: this call runs eagerly",
                                   lasting=False)
+        for k, value in enumerate(inputs):
+            if isinstance(value, NetVar) and value._parents:
+                raise NotRecorded(f"input {k} is a node computed by an op, with a graph: back() "
+                                  "inside the step would go on into it, which a replay cannot "
+                                  "do; give x.detach() (or its data)")
         for k in world.inputs_held:
             raise NotRecorded(f"input {k} is a parameter of the step's model or optimizer: a "
                               "replay's copy of it would not see the optimizer's update")
@@ -93,6 +98,13 @@ class Schedule:
         schedule.counters = [(owner, name, getattr(owner, name) - value)
                              for owner, name, value in counters]
         schedule._take_out(rec, inputs)
+        read = set().union(*(sources for *_, sources in rec.program))
+        for k, buffer in enumerate(schedule.inputs):
+            if buffer is not None and ("input", k) not in read and k not in rec.keyed:
+                rec.refuse(f"input {k} is read by no operation capture saw: NumPy reads an "
+                           "index itself (table[y], np.take(table, y) with a plain table), "
+                           "without asking it; index a node (nn.constant(table)[y] built "
+                           "outside the step, nn.layers.Embedding) or pass the table too")
         gc.collect()        # the recorded graph's cycles: freed now, not amid later steps
         moved = failed_guard(world.guards)
         if moved:           # the step itself changed what it reads: a counter, a schedule
@@ -443,7 +455,7 @@ class Schedule:
             if isinstance(value, NetVar):
                 state[("input grad", k)] = None if value._g is None else numpy.array(value._g)
         state["holders"] = [(leaf, None if leaf._g is None else numpy.array(leaf._g),
-                             leaf._gshared) for leaf in self.leaves + nodes]
+                             getattr(leaf, "_gshared", False)) for leaf in self.leaves + nodes]
         return state
 
     def describe(self, key):
