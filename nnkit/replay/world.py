@@ -183,7 +183,8 @@ class World:
         elif isinstance(value, (list, tuple, dict)):
             if depth < _DEEPEST and len(value) <= _LONGEST:
                 for key, item in _items(value).items():
-                    if isinstance(item, (_ndarray, list, dict, set)):  # contents, as bare ones
+                    # contents, as bare ones (not a recording's own arrays: an *args's)
+                    if isinstance(item, (list, dict, set)) or type(item) is _ndarray:
                         self._guard(f"{where}[{key!r}]", lambda c=value, k=key: c[k], item)
                     if not isinstance(item, _VALUES):
                         self._visit(item, f"{where}[{key!r}]", None, depth + 1, names)

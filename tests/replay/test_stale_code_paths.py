@@ -37,6 +37,21 @@ class Config:
     pass
 
 
+def gd_step(loss_of, captured, outputs=3):
+    """A seeded Linear(4, outputs), GD over it, and the step ``loss_of(layer, opt, *inputs)``,
+    back(), the optimizer's step (captured with ``captured``)."""
+    nn.seed(0)
+    layer = nn.layers.Linear(4, outputs)
+    opt = nn.GD(layer.vars, lr=0.1)
+
+    def step(*inputs):
+        loss = loss_of(layer, opt, *inputs)
+        loss.back()
+        opt.step()
+        return loss
+    return layer, opt, nn.capture(step) if captured else step
+
+
 def records_again_when_changed(scale, change):
     """The scenario (``same_as_eager``) gives eager's bits, recording once more: at the change
     ``change`` makes from call 3 on."""
@@ -514,16 +529,8 @@ def test_a_learning_rate_the_step_reads_itself_records_again_when_it_changes():
     # guard: an optimizer's attributes named by the step's code (the rate read live by its
     # own step() needs none)
     def scenario(captured):
-        nn.seed(0)
-        layer = nn.layers.Linear(4, 3)
-        opt = nn.GD(layer.vars, lr=0.1)
-
-        def step(x, y):
-            loss = nn.SoftmaxCELoss(layer(x), y) + nn.Sum(layer.W * layer.W) * opt.lr
-            loss.back()
-            opt.step()
-            return loss
-        step = nn.capture(step) if captured else step
+        _, opt, step = gd_step(lambda layer, opt, x, y: nn.SoftmaxCELoss(layer(x), y)
+                               + nn.Sum(layer.W * layer.W) * opt.lr, captured)
         losses = []
         for i, (x, y) in enumerate(BATCHES):
             opt.lr = 0.1 if i < 3 else 0.5
@@ -682,16 +689,8 @@ def test_a_plain_table_indexed_by_an_input_is_refused_not_replayed_stale():
     batches = [(BATCHES[k][0], np.sort(BATCHES[k][1])) for k in order]
 
     def scenario(captured, gather):
-        nn.seed(0)
-        layer = nn.layers.Linear(4, 3)
-        opt = nn.GD(layer.vars, lr=0.1)
-
-        def step(x, y):
-            loss = nn.Mean((nn.Softmax(layer(x)) - gather(y)) ** 2)
-            loss.back()
-            opt.step()
-            return loss
-        step = nn.capture(step) if captured else step
+        layer, _, step = gd_step(
+            lambda layer, opt, x, y: nn.Mean((nn.Softmax(layer(x)) - gather(y)) ** 2), captured)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             losses = [np.array(step(x, y).data) for x, y in batches]
@@ -708,18 +707,13 @@ def test_a_plain_table_indexed_by_an_input_is_refused_not_replayed_stale():
 
 
 def test_out_given_by_position_is_recorded():
+    def summed(layer, opt, x, y):
+        column = np.empty(4)
+        np.sum(x, 0, None, column)          # out= by position
+        return nn.SoftmaxCELoss(layer(x * column), y)
+
     def scenario(captured):
-        nn.seed(0)
-        layer = nn.layers.Linear(4, 3)
-        opt = nn.GD(layer.vars, lr=0.1)
-        def step(x, y):
-            column = np.empty(4)
-            np.sum(x, 0, None, column)          # out= by position
-            loss = nn.SoftmaxCELoss(layer(x * column), y)
-            loss.back()
-            opt.step()
-            return loss
-        step = nn.capture(step) if captured else step
+        _, _, step = gd_step(summed, captured)
         batches = [BATCHES[0]] * 2 + BATCHES[1:]        # the first replay's check sees no change
         return [np.array(step(x, y).data) for x, y in batches], step
     eager, (losses, step) = scenario(False)[0], scenario(True)
@@ -750,16 +744,9 @@ def test_a_node_computed_by_an_op_as_an_input():
 def test_a_row_count_that_follows_the_data_records_again():
     # np.compress writes into a buffer of the recorded shape: another count records again
     def scenario(captured):
-        nn.seed(0)
-        layer = nn.layers.Linear(4, 2)
-        opt = nn.GD(layer.vars, lr=0.1)
-
-        def step(x, keep):
-            loss = nn.Mean(layer(np.compress(keep, x, axis=0).astype(np.float32)) ** 2)
-            loss.back()
-            opt.step()
-            return loss
-        step = nn.capture(step) if captured else step
+        _, _, step = gd_step(lambda layer, opt, x, keep: nn.Mean(
+            layer(np.compress(keep, x, axis=0).astype(np.float32)) ** 2), captured, outputs=2)
         return [np.array(step(x, x[:, 0] > 0).data) for x, _ in BATCHES + BATCHES], step
     eager, (losses, step) = scenario(False)[0], scenario(True)
     assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    assert step.records >= 2, step           # (the kept rows differ from batch to batch)
