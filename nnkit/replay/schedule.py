@@ -444,6 +444,8 @@ class Schedule:
             state[("entry", id(holder), attribute)] = numpy.array(getattr(holder, attribute))
         for optimizer in self.world.optimizers:
             state[("optimizer", id(optimizer))] = copy.deepcopy(optimizer.state)
+            state[("modifiers", id(optimizer))] = [    # what they record (a clipped norm)
+                copy.copy(vars(modifier)) for modifier in _recording(optimizer)]
         for owner, name, _ in self.counters:
             state[("counter", id(owner), name)] = getattr(owner, name)
         state["rng"] = backend.get_rng_state()
@@ -465,6 +467,8 @@ class Schedule:
             return f"the {'gradient' if key[0] == 'grad' else 'data'} of {leaf._describe()}"
         if key[0] == "optimizer":
             return "the optimizer's state"
+        if key[0] == "modifiers":
+            return "what the optimizer's modifiers record"
         if key[0] == "input grad":
             return f"the gradient of input {key[1]}"
         if key[0] in ("entry", "counter"):
@@ -478,6 +482,9 @@ class Schedule:
             setattr(holder, attribute, state[("entry", id(holder), attribute)].copy())
         for optimizer in self.world.optimizers:
             optimizer.state[:] = copy.deepcopy(state[("optimizer", id(optimizer))])
+            for modifier, saved in zip(_recording(optimizer), state[("modifiers", id(optimizer))]):
+                vars(modifier).clear()
+                vars(modifier).update(saved)
         for owner, name, _ in self.counters:
             setattr(owner, name, state[("counter", id(owner), name)])
         backend.set_rng_state(state["rng"])
@@ -515,6 +522,11 @@ class Meeting:
 
     def after(self, node):
         pass
+
+
+def _recording(optimizer):
+    """The modifiers of ``optimizer`` that keep attributes (ClipGradNorm's last norm)."""
+    return [modifier for modifier in optimizer.modifiers if hasattr(modifier, "__dict__")]
 
 
 def _groups(optimizers):

@@ -750,3 +750,25 @@ def test_a_row_count_that_follows_the_data_records_again():
     eager, (losses, step) = scenario(False)[0], scenario(True)
     assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
     assert step.records >= 2, step           # (the kept rows differ from batch to batch)
+
+
+NOISE_OF_ITS_OWN = np.random.default_rng(3)
+
+
+def test_after_a_first_replay_that_differed_the_modifiers_hold_eagers_record():
+    # the check against eager restores what the modifiers recorded (ClipGradNorm's norm)
+    norms = []
+    for captured in (False, True):
+        NOISE_OF_ITS_OWN.bit_generator.state = np.random.default_rng(3).bit_generator.state
+        clip = nn.ClipGradNorm(0.5)
+
+        def loss_of(layer, opt, x, y):
+            return nn.SoftmaxCELoss(layer(x + NOISE_OF_ITS_OWN.standard_normal(x.shape)), y)
+        layer, opt, step = gd_step(loss_of, captured)
+        opt.add_modifier(clip)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # (the first replay differs: eager from then on)
+            for x, y in BATCHES[:3]:
+                step(x, y)
+                norms.append(clip.last_norm)
+    assert norms[:3] == norms[3:]
