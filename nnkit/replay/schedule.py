@@ -200,8 +200,14 @@ class Schedule:
             rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
             rec.touched = rec.touched or f"{type(optimizer).__name__}.step()"
             twins = [p._data for p in params]
+            read = [p for p in params if p._g is not None and getattr(p, "_gread", None) is p._g]
             for p, g, _ in grads:       # the step runs on plain arrays, as at a replay
                 p._data, p._g = plain(p._data), g
+            for p in read:      # zeros a read of .g made in the step: no gradient while zeros
+                p._gread = p._g
+                rec.refuse(f"the step reads .g of {p._describe()}, which had no gradient: the "
+                           "zeros that makes are no gradient to its optimizer, which a replay "
+                           "could not tell from a gradient of zeros; read .g after the call")
             rec.paused = True
             try:
                 live_step(optimizer)
@@ -215,8 +221,12 @@ class Schedule:
             rec.refuse("the step calls back(trace=True), whose Trace a replay would not make")
             return tracer()
         def profile(frame, event, arg):
-            if event == "call" and frame.f_code.co_name != "__del__":
+            if frame.f_code.co_name == "__del__":
+                return
+            if event == "call":
                 world.meet(frame)
+            elif event == "return":
+                world.met_return(frame, arg)
 
         Optimizer.step, core.recorder = step, traced_back
         core.observers.append(met)

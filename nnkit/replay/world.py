@@ -19,8 +19,9 @@ arguments, a ``__call__``'s object, code reached in ways no name shows).
   Sequential) are read as the step's.
 """
 import array
-import collections
+import collections.abc
 import contextvars
+import dataclasses
 import dis
 import functools
 import inspect
@@ -58,7 +59,7 @@ class World:
         self.leaves = []        # NetVars reachable before the step (parameters and constants)
         self.objects = []       # objects read by name at run time: compared attribute by attribute
         self._seen, self._seen_names, self._kept = set(), {}, []    # what was read, once
-        self._met, self._read = set(), set()        # code met while running, code read before
+        self._met, self._read = {}, set()   # code met while running (its names), read before
         for position, value in enumerate(inputs):
             self._visit(value, f"input {position}", None, depth=0)
         self._read_function(fn, _name(fn), depth=0)
@@ -95,20 +96,35 @@ class World:
         own, with its arguments for the closure (a settings object handed to a helper, the
         object of a ``__call__``, a class method's class, a partial's keywords)."""
         code = frame.f_code
-        if code in self._met:
-            return
-        self._met.add(code)
-        if _skipped(frame.f_globals.get("__name__", ""), _SKIPPED_CODE):
-            return
-        names = _attribute_names(code)
-        where = getattr(code, "co_qualname", code.co_name)
-        # (what the step was handed is fixed now: guards and objects only, no new parameter)
+        names = self._met.get(code)
+        if names is None:                   # its first call: its globals, unless read before
+            skipped = _skipped(frame.f_globals.get("__name__", ""), _SKIPPED_CODE)
+            names = self._met[code] = () if skipped else _attribute_names(code)
+            if names and code not in self._read:
+                self._kept_as_found(self._read_code, code, frame.f_globals, _where(code), 1,
+                                    names)
+        if names:                           # at each call: its arguments, with its names
+            for name, value in frame.f_locals.items():
+                self._kept_as_found(self._visit, value, f"{_where(code)}: argument {name}",
+                                    None, 2, names)
+
+    def met_return(self, frame, value):
+        """What a function of the step's returned (``cfg = get_config()``), read with the
+        names of the code it returns to."""
+        caller = frame.f_back
+        if self._met.get(frame.f_code) and caller is not None and \
+                self._met.get(caller.f_code):
+            self._kept_as_found(self._visit, value, f"{_where(frame.f_code)}: its result", None,
+                                2, self._met[caller.f_code])
+
+    def _kept_as_found(self, read, *args):
+        """``read(*args)`` while the step runs: guards and objects only, no new parameter,
+        Module or optimizer (what the step was handed is fixed by then)."""
         found = self.leaves[:], self.modules[:], self.optimizers[:], self.owners[:]
-        if code not in self._read:          # (its globals already read before it ran)
-            self._read_code(code, frame.f_globals, where, 1, names)
-        for name, value in frame.f_locals.items():      # at the call: its arguments
-            self._visit(value, f"{where}: argument {name}", None, 2, names)
-        self.leaves, self.modules, self.optimizers, self.owners = found
+        try:
+            read(*args)
+        finally:
+            self.leaves, self.modules, self.optimizers, self.owners = found
 
     def _add(self, value, found):
         if all(item is not value for item in found):
@@ -146,6 +162,8 @@ class World:
         for name in fn.__kwdefaults__ or ():
             self._visit_read(lambda f=fn, n=name: f.__kwdefaults__[n],
                              f"{where}: default {name}", depth, names)
+        if fn.__dict__:                     # its own attributes (step.calls, a counter)
+            self._visit_attributes(fn, where, depth, names)
 
     def _read_code(self, code, globals_, where, depth, names):
         """The globals ``code`` reads (all of them when it calls ``globals()``) and the
@@ -209,8 +227,8 @@ class World:
             self._visit(value.__wrapped__, where, None, depth + 1)   # lru_cache, wraps
         elif not isinstance(value, _VALUES + (_ndarray, set) + _SEQUENCES) \
                 and depth < _DEEPEST and not _skipped(type(value).__module__, _FOREIGN):
-            if _DYNAMIC.intersection(names):        # read by a name held in a string
-                self._hold(value, depth)
+            if _DYNAMIC.intersection(names) or dataclasses.is_dataclass(value):
+                self._hold(value, depth)    # read by a name in a string (asdict, match too)
             self._visit_attributes(value, where, depth, names)
 
     def _hold(self, value, depth):
@@ -273,6 +291,8 @@ class World:
             self.guards.append((where, read, (value, _exact_items(value)), "values"))
         elif isinstance(value, set) and all(isinstance(item, _VALUES) for item in value):
             self.guards.append((where, read, (value, frozenset(value)), "set"))
+        elif isinstance(value, collections.abc.Mapping) and not isinstance(value, dict):
+            self.guards.append((where, read, (value, _exact_items(value)), "mapping"))
         elif isinstance(value, _SEQUENCES):
             self.guards.append((where, read, (value, list(map(exact, value))), "sequence"))
         elif isinstance(value, (types.MethodType, types.BuiltinMethodType,
@@ -367,6 +387,10 @@ def failed_guard(guards):
             if value is not container or len(value) != len(items) or \
                     _in_order(value) != items:
                 return f"{where} (a {type(container).__name__}) changed"
+        elif how == "mapping":      # a UserDict, ChainMap, mappingproxy, os.environ
+            container, items = expected
+            if value is not container or _exact_items(value) != items:
+                return f"{where} (a {type(container).__name__}) changed"
         elif how == "sequence":
             container, items = expected
             if value is not container or list(map(exact, value)) != items:
@@ -399,8 +423,15 @@ def _in_order(container):
 
 
 def _exact_items(container):
-    """A list's or dict's items as ``exact`` keys (== takes -0.0 for 0.0, 0.1 for NumPy's)."""
-    return [(key, exact(item)) for key, item in _items(container).items()]
+    """A list's or a mapping's items as ``exact`` keys (== takes -0.0 for 0.0, 0.1 for
+    NumPy's)."""
+    items = container.items() if isinstance(container, collections.abc.Mapping) \
+        else enumerate(container)
+    return [(key, exact(item)) for key, item in items]
+
+
+def _where(code):
+    return getattr(code, "co_qualname", code.co_name)
 
 
 def _skipped(module, packages):

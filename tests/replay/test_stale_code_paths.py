@@ -7,7 +7,8 @@ input, an optimizer kept on the model, a learning rate given as a NumPy number).
 Scenarios as in test_stale_reads.py: eager and captured from the same seed, every loss,
 parameter and gradient compared bit for bit, and the captured run must have replayed.
 """
-import collections
+import collections.abc
+import dataclasses
 import functools
 import sys
 import types
@@ -26,7 +27,7 @@ def changing(holder, name, first=1.0, then=3.0):
     ``first`` before call 3 and ``then`` from call 3 on."""
     def change(i, layer=None, opt=None):
         value = first if i < 3 else then
-        if isinstance(holder, dict):
+        if isinstance(holder, collections.abc.MutableMapping):
             holder[name] = value
         else:
             setattr(holder, name, value)
@@ -772,3 +773,102 @@ def test_after_a_first_replay_that_differed_the_modifiers_hold_eagers_record():
                 step(x, y)
                 norms.append(clip.last_norm)
     assert norms[:3] == norms[3:]
+
+
+# ------------------------------------------------------------------ a fifth round
+
+def test_a_step_that_reads_the_gradient_of_a_parameter_without_one_runs_eagerly():
+    # p.g of a parameter the step did not reach makes zeros its optimizer skips: the
+    # recording's own call skips them too, and the step then runs eagerly
+    def run(captured):
+        nn.seed(0)
+        used, unused = nn.layers.Linear(4, 3), nn.layers.Linear(4, 3)
+        params = used.vars + unused.vars
+        opt = nn.AdamW(params, lr=0.1)
+
+        def step(x):
+            loss = nn.Sum(used(x) ** 2)
+            loss.back()
+            for p in params:
+                p.g[...] *= 0.5
+            opt.step()
+            return loss
+        step = nn.capture(step) if captured else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for x, _ in BATCHES[:3]:
+                step(x.astype(np.float32))
+        return [p.data.copy() for p in params], [s.get("t") for s in opt.state], caught
+    eager, captured = run(False), run(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager[0], captured[0]))
+    assert eager[1] == captured[1]
+    assert any("reads .g" in str(w.message) for w in captured[2])
+
+
+class Named:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+FIRST, SECOND = Named(1.0), Named(1.0)
+REGISTRY = {"a": Named(1.0)}
+
+
+def _apply(z, settings):
+    return z * settings.scale
+
+
+def _get_settings():
+    return REGISTRY["a"]
+
+
+@dataclasses.dataclass
+class DataSettings:
+    scale: float = 1.0
+
+
+DATA_SETTINGS = DataSettings()
+
+
+def _counted(z):
+    _counted.calls += 1
+    return z * (2.0 if _counted.calls % 4 == 0 else 1.0)
+
+
+_counted.calls = 0
+USER_DICT = collections.UserDict(scale=1.0)
+PROXIED = {"scale": 1.0}
+PROXY = types.MappingProxyType(PROXIED)
+
+FIFTH = {
+    "a helper's second call, with another object": (
+        lambda z: _apply(_apply(z, FIRST), SECOND), changing(SECOND, "scale")),
+    "settings a function returns": (lambda z: z * _get_settings().scale,
+                                    changing(REGISTRY["a"], "scale")),
+    "a dataclass read with asdict": (lambda z: z * dataclasses.asdict(DATA_SETTINGS)["scale"],
+                                     changing(DATA_SETTINGS, "scale")),
+    "a UserDict": (lambda z: z * USER_DICT["scale"], changing(USER_DICT, "scale")),
+    "a mapping proxy": (lambda z: z * PROXY["scale"], changing(PROXIED, "scale")),
+}
+
+
+@pytest.mark.parametrize("case", list(FIFTH))
+def test_a_fifth_round_of_settings_records_again_when_they_change(case):
+    # guards: a function's arguments at each of its calls and what it returns are read with
+    # its names and its caller's; a dataclass is compared field by field; mappings by items
+    records_again_when_changed(*FIFTH[case])
+
+
+def test_a_counter_kept_on_a_function_the_step_calls_runs_the_step_eagerly():
+    # the step changes the function's attribute: a replay would not (refused, eager)
+    def scenario(captured):
+        _counted.calls = 0
+        _, _, step = gd_step(lambda layer, opt, x, y: nn.SoftmaxCELoss(_counted(layer(x)), y),
+                             captured)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [np.array(step(x, y).data) for x, y in BATCHES], step
+    eager, _ = scenario(False)
+    losses, step = scenario(True)
+    assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    assert step.replays == 0, step
