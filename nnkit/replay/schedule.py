@@ -100,7 +100,9 @@ class Schedule:
         schedule._take_out(rec, inputs)
         read = set().union(*(sources for *_, sources in rec.program))
         for k, buffer in enumerate(schedule.inputs):
-            if buffer is not None and ("input", k) not in read and k not in rec.keyed:
+            # integers or booleans no recorded operation reads: an index NumPy took itself
+            if buffer is not None and buffer.dtype.kind in "biu" and \
+                    ("input", k) not in read and k not in rec.keyed:
                 rec.refuse(f"input {k} is read by no operation capture saw: NumPy reads an "
                            "index itself (table[y], np.take(table, y) with a plain table), "
                            "without asking it; index a node (nn.constant(table)[y] built "
