@@ -171,7 +171,9 @@ def signature(inputs):
                           value._g is None, first))      # a gradient at entry is added to
         elif type(value) is numpy.ndarray or (backend.is_array(value) and not isinstance(
                 value, numpy.ndarray)):     # (a GPU array: recording refuses it, by name)
-            parts.append(("array", type(value), value.shape, value.dtype))
+            parts.append(("array", type(value), value.shape, value.dtype,
+                          value.flags.c_contiguous, value.flags.f_contiguous))  # (the bits of
+            # a sum follow the layout: an F-ordered batch is another signature)
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
             parts.append(("value", exact(value)))        # -0.0 is not 0.0
         else:

@@ -185,8 +185,10 @@ class Recording:
             sources = self.sources_of((args, kwargs))
         errors = numpy.geterr()
         if errors != self.errors and function not in (_check, _draw, _restore):
-            # inside the step's own np.errstate: replayed under it
-            function, args, kwargs = _under, (errors, function, args, kwargs), {}
+            # inside the step's own np.errstate: replayed under what it changes, over the
+            # state a replay finds (as eager's errstate changes the caller's np.seterr)
+            changes = {key: value for key, value in errors.items() if self.errors[key] != value}
+            function, args, kwargs = _under, (changes, function, args, kwargs), {}
         self.program.append((function, args, kwargs, tuple(writes), sources))
         for array in writes:
             self.buffers[id(array)] = array

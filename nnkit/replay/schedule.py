@@ -18,7 +18,7 @@ from ..optim.base import Optimizer
 from .instructions import GuardFailed, _arrays, _draw, _root
 from .program import program, read_from, readers, rehome, written
 from .record import Recording, Traced, Unrecordable, patched, plain
-from .world import World, changed, failed_guard
+from .world import World, changed, failed_guard, op_classes
 
 _COPIED = 64 * 1024     # bytes per reading instruction: an input smaller is copied in
 
@@ -131,6 +131,7 @@ class Schedule:
         schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
         schedule.wants = [leaf.requires_grad for leaf in schedule.leaves]
         schedule.groups = _groups(world.optimizers)
+        op_classes(world, met.classes)
         schedule.snapshot, schedule.held = world.snapshot(), world.held()
         # the parameters' data and the buffers: arrays that live on (not the gradients)
         schedule.state_roots = {id(_root(array)) for _, array, lasting in state if lasting}
@@ -520,9 +521,11 @@ class Meeting:
 
     def __init__(self):
         self.leaves, self.optimizers = [], []
+        self.classes = set()        # the op classes of the nodes the step made
         self._ids = set()
 
     def forward(self, node, parents):
+        self.classes.add(type(node))
         for parent in parents:
             if not parent._parents and not isinstance(parent, core.NetOp) \
                     and id(parent) not in self._ids:

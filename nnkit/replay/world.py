@@ -308,7 +308,8 @@ class World:
         """Every attribute value of the Modules and buffer owners (and the items of their lists
         and dicts), in order: when each is the very object it was, nothing changed (the quick
         check before ``snapshot``'s comparison)."""
-        values = []
+        values = [type(module) for module in self.modules] + [
+            getattr(type(module), "forward", None) for module in self.modules]  # (replaced?)
         for holder in self.modules + self.owners + self.objects:
             skip = _changing(holder)
             for name, value in vars(holder).items():
@@ -325,7 +326,7 @@ class World:
         (lists and dicts item by item). With ``optimizers``, each optimizer's options and
         parameter groups too: a step must not change them (a schedule stepped inside it would
         be stepped by no replay); between calls they are read live, so not compared then."""
-        held = [(holder, _shallow(vars(holder), _changing(holder)))
+        held = [(holder, _shallow(_with_class(holder), _changing(holder)))
                 for holder in self.modules + self.owners + self.objects]
         if optimizers:
             for optimizer in self.optimizers:
@@ -334,6 +335,26 @@ class World:
                 held.extend((group, _shallow(_as_floats(group)))
                             for group in optimizer.param_groups)
         return held
+
+
+def _with_class(holder):
+    """A holder's attributes, and for a Module its class and its class's ``forward`` (a
+    forward replaced on the class, or the object given another class)."""
+    if not isinstance(holder, Module):
+        return vars(holder)
+    return dict(vars(holder), __class__=type(holder),
+                __forward__=getattr(type(holder), "forward", None))
+
+
+def op_classes(world, classes):
+    """Guards on the numbers the op classes a recording met keep as class attributes
+    (``CELoss.eps``, ``GELU.c``): nnkit's code reads them, a step's code need not name them."""
+    for cls in classes:
+        names = {name for klass in cls.__mro__ for name, value in vars(klass).items()
+                 if not name.startswith("__") and isinstance(value, (int, float, numpy.generic))}
+        for name in sorted(names):
+            read = (lambda c=cls, n=name: getattr(c, n))
+            world._guard(f"{cls.__name__}.{name}", read, read())
 
 
 def _as_floats(options):
