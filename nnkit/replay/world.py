@@ -347,11 +347,12 @@ def _with_class(holder):
 
 
 def op_classes(world, classes):
-    """Guards on the numbers the op classes a recording met keep as class attributes
-    (``CELoss.eps``, ``GELU.c``): nnkit's code reads them, a step's code need not name them."""
+    """Guards on the floats the op classes a recording met keep as class attributes
+    (``CELoss.eps``, ``GELU.c``): nnkit's code reads them, a step's code need not name them.
+    (Their ints and booleans are what an op is, ``n_outputs``, not settings.)"""
     for cls in classes:
         names = {name for klass in cls.__mro__ for name, value in vars(klass).items()
-                 if not name.startswith("__") and isinstance(value, (int, float, numpy.generic))}
+                 if not name.startswith("__") and isinstance(value, (float, numpy.floating))}
         for name in sorted(names):
             read = (lambda c=cls, n=name: getattr(c, n))
             world._guard(f"{cls.__name__}.{name}", read, read())
