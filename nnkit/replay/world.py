@@ -210,6 +210,10 @@ class World:
             if getattr(value, "__module__", "") and not _skipped(value.__module__,
                                                                  _SKIPPED_CODE):
                 self._read_function(value, f"{where}", depth)
+        elif type(value) is _ndarray and value.dtype == object and value.size <= _LONGEST:
+            for index, item in enumerate(value.flat):       # settings objects in an array
+                if not isinstance(item, _VALUES):
+                    self._visit(item, f"{where}.flat[{index}]", None, depth + 1, names)
         elif isinstance(value, contextvars.ContextVar):     # its value in this context
             self._guard(f"{where}.get()", lambda v=value: v.get(_MISSING), value.get(_MISSING))
         elif isinstance(value, functools.partial):      # its function, arguments and keywords
@@ -293,6 +297,8 @@ class World:
             self.guards.append((where, read, (value, frozenset(value)), "set"))
         elif isinstance(value, collections.abc.Mapping) and not isinstance(value, dict):
             self.guards.append((where, read, (value, _exact_items(value)), "mapping"))
+        elif isinstance(value, memoryview):
+            self.guards.append((where, read, (value, value.tobytes()), "bytes"))
         elif isinstance(value, _SEQUENCES):
             self.guards.append((where, read, (value, list(map(exact, value))), "sequence"))
         elif isinstance(value, (types.MethodType, types.BuiltinMethodType,
@@ -413,6 +419,10 @@ def failed_guard(guards):
             container, items = expected
             if value is not container or _exact_items(value) != items:
                 return f"{where} (a {type(container).__name__}) changed"
+        elif how == "bytes":        # a memoryview: the bytes it shows
+            container, contents = expected
+            if value is not container or value.tobytes() != contents:
+                return f"{where} (a memoryview) changed"
         elif how == "sequence":
             container, items = expected
             if value is not container or list(map(exact, value)) != items:

@@ -23,11 +23,11 @@ from .test_stale_reads import BATCHES, same_as_eager, training_step
 
 
 def changing(holder, name, first=1.0, then=3.0):
-    """``change`` setting ``holder``'s ``name`` (an attribute, or an item of a dict) to
-    ``first`` before call 3 and ``then`` from call 3 on."""
+    """``change`` setting ``holder``'s ``name`` (an attribute, or an item of a mapping or an
+    array) to ``first`` before call 3 and ``then`` from call 3 on."""
     def change(i, layer=None, opt=None):
         value = first if i < 3 else then
-        if isinstance(holder, collections.abc.MutableMapping):
+        if isinstance(holder, (collections.abc.MutableMapping, np.ndarray)):
             holder[name] = value
         else:
             setattr(holder, name, value)
@@ -970,3 +970,21 @@ def test_an_error_state_set_between_calls_is_the_replays_as_eager():
             predict(x)
         with pytest.raises(FloatingPointError):
             captured(x)
+
+
+# ------------------------------------------------------------------ a seventh round
+
+OBJECTS = np.array([Named(1.0)], dtype=object)
+SHARED = np.array([1.0])
+VIEW = memoryview(SHARED)
+SEVENTH = {
+    "a settings object in an object array": (lambda z: z / OBJECTS[0].scale,
+                                             changing(OBJECTS[0], "scale")),
+    "a memoryview": (lambda z: z * VIEW[0], changing(SHARED, 0)),
+}
+
+
+@pytest.mark.parametrize("case", list(SEVENTH))
+def test_a_seventh_round_of_settings_records_again_when_they_change(case):
+    # guards: the objects an object array holds are read as a list's; a memoryview's bytes
+    records_again_when_changed(*SEVENTH[case])
