@@ -92,21 +92,25 @@ class World:
 
     def meet(self, frame):
         """A Python frame the step runs while it records (a profile hook calls this at each
-        call): the first time its code runs, read it as ``_read_function`` reads the step's
-        own, with its arguments for the closure (a settings object handed to a helper, the
-        object of a ``__call__``, a class method's class, a partial's keywords)."""
+        call): at its code's first call, the globals it reads (unless read before the step
+        ran); at every call, its arguments, read with its names as ``_read_function`` reads
+        the step's own (a settings object handed to a helper, the object of a ``__call__``,
+        a class method's class, a partial's keywords)."""
         code = frame.f_code
         names = self._met.get(code)
-        if names is None:                   # its first call: its globals, unless read before
+        first = names is None
+        if first:
             skipped = _skipped(frame.f_globals.get("__name__", ""), _SKIPPED_CODE)
             names = self._met[code] = () if skipped else _attribute_names(code)
-            if names and code not in self._read:
-                self._kept_as_found(self._read_code, code, frame.f_globals, _where(code), 1,
-                                    names)
-        if names:                           # at each call: its arguments, with its names
-            for name, value in frame.f_locals.items():
-                self._kept_as_found(self._visit, value, f"{_where(code)}: argument {name}",
-                                    None, 2, names)
+        if names:
+            self._kept_as_found(self._read_frame, frame, names, first and code not in self._read)
+
+    def _read_frame(self, frame, names, globals_too):
+        where = _where(frame.f_code)
+        if globals_too:
+            self._read_code(frame.f_code, frame.f_globals, where, 1, names)
+        for name, value in frame.f_locals.items():
+            self._visit(value, f"{where}: argument {name}", None, 2, names)
 
     def met_return(self, frame, value):
         """What a function of the step's returned (``cfg = get_config()``), read with the

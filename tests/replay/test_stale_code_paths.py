@@ -19,7 +19,7 @@ import pytest
 
 import nnkit as nn
 
-from .test_stale_reads import BATCHES, same_as_eager, training_step
+from .test_stale_reads import BATCHES, same_as_eager, sequential_with, training_step
 
 
 def changing(holder, name, first=1.0, then=3.0):
@@ -226,21 +226,7 @@ def test_what_code_met_as_the_step_runs_reads_records_again_when_it_changes(path
 
 
 def test_a_partial_inside_a_sequential_records_again_when_its_global_changes():
-    def scenario(captured):
-        nn.seed(0)
-        model = nn.layers.Sequential(nn.layers.Linear(4, 3), functools.partial(gained, k=1.0))
-        step = training_step(model, nn.GD(model.vars, lr=0.1), captured)
-        losses = []
-        for i, (x, y) in enumerate(BATCHES):
-            _set_global("GAIN")(i)
-            losses.append(np.array(step(x, y).data))
-        return losses, step
-    try:
-        eager, _ = scenario(False)
-        losses, step = scenario(True)
-    finally:
-        _set_global("GAIN")(0)
-    assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    step = sequential_with(functools.partial(gained, k=1.0), _set_global("GAIN"))
     assert step.records == 2, step
 
 
@@ -425,16 +411,8 @@ def test_a_parameter_given_as_an_input_runs_eagerly():
 def test_one_node_given_twice_is_another_signature_and_adds_both_gradients():
     results = []
     for captured in (False, True):
-        nn.seed(0)
-        layer = nn.layers.Linear(4, 3)
-        opt = nn.GD(layer.vars, lr=0.1)
-
-        def step(a, b, y):
-            loss = nn.SoftmaxCELoss(layer(a + b), y)
-            loss.back()
-            opt.step()
-            return loss
-        step = nn.capture(step) if captured else step
+        layer, _, step = gd_step(lambda layer, opt, a, b, y: nn.SoftmaxCELoss(layer(a + b), y),
+                                 captured)
         a, b = (nn.NetVar(BATCHES[k][0].astype(np.float32)) for k in (0, 1))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

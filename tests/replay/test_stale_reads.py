@@ -348,23 +348,31 @@ def test_a_replay_that_raises_midway_leaves_what_eager_leaves(how):
 TEMPERATURE = 1.0
 
 
-def test_a_global_read_by_a_lambda_inside_a_sequential_records_again_when_it_changes():
-    # guard: the functions a Module keeps are read as the step's code (world.py)
+def sequential_with(entry, change):
+    """A Sequential of a Linear(4, 3) and ``entry`` trained eagerly and captured over BATCHES,
+    ``change(i)`` before call i (and ``change(0)`` after): the captured step, checked to give
+    eager's losses."""
     def scenario(captured):
         nn.seed(0)
-        model = nn.layers.Sequential(nn.layers.Linear(4, 3), lambda z: z / TEMPERATURE)
-        opt = nn.GD(model.vars, lr=0.1)
-
-        step = training_step(model, opt, captured)
+        model = nn.layers.Sequential(nn.layers.Linear(4, 3), entry)
+        step = training_step(model, nn.GD(model.vars, lr=0.1), captured)
         losses = []
         for i, (x, y) in enumerate(BATCHES):
-            globals()["TEMPERATURE"] = 1.0 + i // 3
+            change(i)
             losses.append(np.array(step(x, y).data))
         return losses, step
     try:
         eager, _ = scenario(False)
         losses, step = scenario(True)
     finally:
-        globals()["TEMPERATURE"] = 1.0
+        change(0)
     assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    return step
+
+
+def test_a_global_read_by_a_lambda_inside_a_sequential_records_again_when_it_changes():
+    # guard: the functions a Module keeps are read as the step's code (world.py)
+    def change(i):
+        globals()["TEMPERATURE"] = 1.0 + i // 3
+    step = sequential_with(lambda z: z / TEMPERATURE, change)
     assert step.records == 3 and step.replays >= 4, step
