@@ -28,6 +28,11 @@ def _rounds_to_0_below(dtype):
     return float(numpy.finfo(dtype).smallest_subnormal) if dtype.kind == "f" else 0.0
 
 
+# an eps from this up rounds to 0 in no float dtype (float16's least subnormal, the largest)
+_ROUNDS_TO_0_IN_NONE = max(_rounds_to_0_below(numpy.dtype(kind)) for kind in (
+    numpy.float16, numpy.float32, numpy.float64, numpy.longdouble))
+
+
 class Optimizer:
     """Base of the optimizers: ``step()`` updates every parameter that has a gradient, then
     resets its gradient (as in the article, so the next ``back()`` starts from zero).
@@ -194,22 +199,41 @@ class Optimizer:
         self.state.extend({} for _ in params)
         self.param_groups.append({"params": params, **overrides})
 
-    def _check_group(self, overrides, index, where):
+    def _check_group(self, overrides, index, where, ranges=True):
         unknown = sorted(set(overrides) - set(self.options))
         if unknown:
             raise ValueError(f"{where}: unknown option(s) {unknown} in parameter group "
                              f"{index}; options are {list(self.options)}")
-        self._check_options(overrides, where, f" in parameter group {index}")
+        if ranges:
+            self._check_options(overrides, where, f" in parameter group {index}")
 
-    def _options_as_floats(self):
-        """Options given as NumPy numbers (``lr=np.float32(0.01)``) become Python floats, as a
-        checkpoint stores them: arithmetic with a NumPy float32 scalar rounds to float32, so a
-        resumed run would otherwise differ from an uninterrupted one."""
-        for holder, keys in ((vars(self), self.options), *((g, g) for g in self.param_groups)):
+    def _check_all_options(self, where):
+        """Check every option, the optimizer's and each group's (``step()`` runs this: it
+        catches ``opt.lr = ...`` or ``group["lr"] = ...`` assigned directly), then make those
+        given as NumPy floats (``lr=np.float32(0.01)``) Python floats, as a checkpoint stores
+        them: arithmetic with a NumPy float32 scalar rounds to float32, so a resumed run would
+        otherwise differ from an uninterrupted one. A float passing its rule's test needs no
+        more; any other value goes on to the full check (``_check_options``)."""
+        holders = [(vars(self), self.options, "")]
+        for index, group in enumerate(self.param_groups):
+            if len(group) > 1:
+                overrides = [key for key in group if key != "params"]
+                self._check_group(dict.fromkeys(overrides), index, where, ranges=False)
+                holders.append((group, overrides, f" in parameter group {index}"))
+        numpy_floats = []
+        for holder, keys, group in holders:
             for key in keys:
-                value = holder.get(key)
-                if isinstance(value, numpy.generic) and value.dtype.kind == "f":
-                    holder[key] = float(value)
+                value = holder[key] if key in holder else getattr(self, key)
+                if type(value) is float and value != math.inf:
+                    rule = _UNIT_INTERVAL if key in self.unit_interval else _RULES.get(key)
+                    if rule is None or rule[0](value):
+                        continue
+                self._check_options({key: value}, where, group)
+                if isinstance(value, numpy.generic) and value.dtype.kind == "f" and \
+                        key in holder:
+                    numpy_floats.append((holder, key))
+        for holder, key in numpy_floats:
+            holder[key] = float(holder[key])
 
     def _check_options(self, options, where, group=""):
         """Raise for an option value out of range (TypeError for one that is not a number).
@@ -276,14 +300,10 @@ class Optimizer:
                 "was built, so it would go on training the parameter the model no longer uses; "
                 f"build the optimizer again over the model's vars (to change a parameter's "
                 "values and keep it, assign its data: p.data = ...); nothing was updated")
-        self._check_options({key: getattr(self, key) for key in self.options}, where)
-        self._options_as_floats()
+        self._check_all_options(where)
         pending = []            # (position, parameter, group) of the parameters with a gradient
         position = 0
-        for index, group in enumerate(self.param_groups):
-            if len(group) > 1:
-                self._check_group({key: value for key, value in group.items()
-                                   if key != "params"}, index, where)
+        for group in self.param_groups:
             for p in group["params"]:
                 if p._g is not None and not _read_zeros(p):
                     pending.append((position, p, group))
@@ -380,7 +400,9 @@ class Optimizer:
     def _check_eps(self, pending, where):
         """An eps that rounds to 0 in a parameter's dtype (1e-8 in float16) makes the update of
         an element whose gradient is 0 be 0/0 = NaN: refused before any update."""
-        if "eps" not in self.options:
+        if "eps" not in self.options or all(
+                group.get("eps", self.eps) >= _ROUNDS_TO_0_IN_NONE
+                for group in self.param_groups):
             return
         for position, p, group in pending:
             eps = group.get("eps", self.eps)

@@ -91,8 +91,9 @@ class Schedule:
                 rec.refuse(f"the step uses a parameter capture did not find before it ran "
                            f"({leaf._describe()}): keep parameters in a Module, an optimizer, "
                            "or a name the step reads")
-        schedule.leaves = [leaf for leaf in world.leaves + met.leaves if leaf.index < start
-                           and all(leaf is not value for value in inputs)]
+        schedule.leaves = [leaf for leaf in {id(leaf): leaf for leaf in world.leaves +
+                                             met.leaves}.values()   # (each once)
+                           if leaf.index < start and all(leaf is not value for value in inputs)]
         schedule.input_grads = [(k, plain(value._g)) for k, value in enumerate(inputs)
                                 if isinstance(value, NetVar) and type(value._g) is Traced]
         schedule.counters = [(owner, name, getattr(owner, name) - value)

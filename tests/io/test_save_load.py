@@ -440,9 +440,10 @@ def test_ops_must_map_names_to_op_classes(path):
             nn.load(path, ops=ops)
 
 
-def test_a_numpy_learning_rate_resumes_bit_identically(path):
+@pytest.mark.parametrize("given", ["optimizer", "group"])
+def test_a_numpy_learning_rate_resumes_bit_identically(path, given):
     # lr=np.float32(0.01) rounded Adam's step size to float32 in the first run and not after a
-    # load (a checkpoint stores Python floats): up to 1.5e-8 apart
+    # load (a checkpoint stores Python floats): up to 1.5e-8 apart; the same in a group
     def train(model, opt, steps, start=0):
         for step in range(start, start + steps):
             x = np.random.default_rng(step).standard_normal((8, 4)).astype(np.float32)
@@ -450,13 +451,19 @@ def test_a_numpy_learning_rate_resumes_bit_identically(path):
             opt.step()
 
     lr = np.float32(0.01)
+
+    def adam(model):
+        if given == "optimizer":
+            return nn.Adam(model.vars, lr=lr)
+        return nn.Adam([{"params": model.vars, "lr": lr}])
+
     reference, net = _net(0), _net(0)
-    reference_opt, opt = nn.Adam(reference.vars, lr=lr), nn.Adam(net.vars, lr=lr)
+    reference_opt, opt = adam(reference), adam(net)
     train(reference, reference_opt, 6)
     train(net, opt, 3)
     nn.save(path, net, optimizer=opt)
     resumed = _net(7)
-    resumed_opt = nn.Adam(resumed.vars, lr=lr)
+    resumed_opt = adam(resumed)
     nn.load(path, resumed, optimizer=resumed_opt)
     train(resumed, resumed_opt, 3, start=3)
     for a, b in zip(resumed.vars, reference.vars):

@@ -393,3 +393,31 @@ def test_a_step_handing_out_a_gradient_and_two_optimizers_train_as_eager_once_ho
     homed = [g is flat.gradient_homes(optimizer)[id(p)]
              for _, optimizer, grads in steps for p, g, _ in grads]
     assert homed == [False, True, True, True]       # the one handed out stays where it is
+
+
+def test_a_step_without_an_optimizer_hands_each_gradient_out_once():
+    """The model's parameters are found before the step (the Module) and met as it runs (the
+    graph): a replay copies each one's gradient out once, not once per finding."""
+    nn.seed(0)
+    model = nn.layers.Sequential(nn.layers.Linear(3, 4), nn.Tanh, nn.layers.Linear(4, 1))
+
+    def step(x):
+        loss = nn.MSELoss(model(x), nn.NetVar(np.zeros((5, 1))))
+        loss.back()
+        return loss
+
+    x = np.random.default_rng(2).standard_normal((5, 3))
+    captured = nn.capture(step)
+    handed = []
+    for _ in range(3):
+        for p in model.vars:
+            p.reset()
+        captured(x)
+        handed.append([p.g.copy() for p in model.vars])
+    assert captured.replays == 2
+    (schedule,) = captured.schedules.values()
+    assert sorted(id(leaf) for leaf, _ in schedule.grads_out) == sorted(map(id, model.vars))
+    for p in model.vars:
+        p.reset()
+    step(x)
+    assert all(p.g.tobytes() == h.tobytes() for p, h in zip(model.vars, handed[-1]))
