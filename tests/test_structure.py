@@ -44,7 +44,8 @@ LAYERS = [
     ["replay.instructions"],            # what a replay's instructions call
     ["replay.record", "replay.world"],
     ["replay.program"],                 # a recording's instructions as the replay calls them
-    ["replay.schedule"],                # one signature's recording: record, replay
+    ["replay.schedule"],                # one signature's recording: stale?, replay
+    ["replay.first_call"],              # how a signature's first call records its schedule
     ["replay.captured"],                # capture(): which recording a call replays
     ["replay"],
     # data parallelism over MPI (mpi4py imported on first use)
@@ -260,7 +261,7 @@ OTHER_WALKS = {
     "nets/ffn.py:FFN.tree": "prints each topology entry's op and arguments; a nested model "
                             "prints itself",
     "training/trainer.py:_describe": "describes what a step function returned, for an error",
-    "replay/schedule.py:_outputs": "maps what a captured step returned to the arrays a replay "
+    "replay/first_call.py:_outputs": "maps what a captured step returned to the arrays a replay "
                                    "hands out, keeping its structure (tuple, list, dict)",
     "replay/schedule.py:_handed_out": "rebuilds that structure with copies of the arrays",
     "replay/captured.py:_values": "lists the arrays of a step's result, for check=True",

@@ -12,7 +12,7 @@ from ..modes import state as modes, threads_without_grad
 from . import record as recording
 from .instructions import GuardFailed, _same, exact
 from .record import Unrecordable
-from .schedule import NotRecorded, Schedule
+from .first_call import NotRecorded, record
 
 __all__ = ["capture", "Captured"]
 
@@ -101,7 +101,7 @@ class Captured:
             del self.schedules[next(iter(self.schedules))]
         self.records += 1
         try:
-            new, result = Schedule.record(self.fn, inputs)
+            new, result = record(self.fn, inputs)
         except (NotRecorded, Unrecordable) as refusal:
             if isinstance(refusal, NotRecorded) and not refusal.lasting:
                 self.records -= 1           # this call runs eagerly (a recording kept stays)

@@ -110,3 +110,9 @@ def _restore(array, initial):
 
 def _draw(rng, xp, name, args, kwargs, target):
     numpy.copyto(target, getattr(rng(xp), name)(*args, **kwargs))
+
+
+def _live_step(step, optimizer, grads):
+    for p, g, shared in grads:
+        p._g, p._gshared = g, shared
+    step(optimizer)

@@ -86,7 +86,7 @@ class World:
                     self._add(p, self.leaves)
                     owned.add(id(p))
         # a node given as an input is an input (copied in at each call), not a parameter: a
-        # parameter given as one is refused (Schedule.record)
+        # parameter given as one is refused (first_call.record)
         self.inputs_held = [k for k, x in enumerate(inputs) if id(x) in owned]
         self.leaves = [leaf for leaf in self.leaves if all(leaf is not x for x in inputs)]
 

@@ -303,7 +303,7 @@ def _live_gradients(captured):
     """The gradients the one schedule's optimizer step is handed, and the views of the
     optimizer's flat gradient arrays (optim/flat.py) each parameter's would be copied into."""
     from nnkit.optim import flat
-    from nnkit.replay.schedule import _live_step
+    from nnkit.replay.instructions import _live_step
     (schedule,) = captured.schedules.values()
     (_, optimizer, grads), = [args for function, args in schedule.program
                               if function is _live_step]
@@ -387,7 +387,7 @@ def test_a_step_handing_out_a_gradient_and_two_optimizers_train_as_eager_once_ho
     assert [[a.tobytes() for a in w] for w in want] == [[b.tobytes() for b in g] for g in got]
     assert all(p.data.tobytes() == q.data.tobytes() for p, q in zip(params, replayed_params))
     from nnkit.optim import flat
-    from nnkit.replay.schedule import _live_step
+    from nnkit.replay.instructions import _live_step
     (schedule,) = captured.schedules.values()
     steps = [args for function, args in schedule.program if function is _live_step]
     homed = [g is flat.gradient_homes(optimizer)[id(p)]

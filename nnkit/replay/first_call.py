@@ -1,0 +1,353 @@
+"""How the first call with a signature makes its ``Schedule``: ``record`` hands the step Traced
+arrays (copies of its inputs, its parameters' data, copies of the gradients and buffers it
+starts from), runs it eagerly while NumPy is patched to write down each array operation
+(``record.py``) and every Python function it runs is read (``world.py``), takes the plain arrays
+back out, and refuses what a replay could not do as eager does (``NotRecorded`` before the step
+runs, ``Unrecordable`` after it ran)."""
+import gc
+import sys
+import threading
+
+import numpy
+
+from .. import backend, core
+from ..arraylike import gradient_only_read
+from ..core import NetVar, constant
+from ..optim.base import Optimizer
+from .instructions import _draw, _live_step, _root
+from .program import program, written
+from .record import Recording, Traced, Unrecordable, patched, plain
+from .schedule import Schedule, _entry_grads, _groups, _handed_out
+from .world import World, changed, failed_guard, op_classes
+
+_ndarray = numpy.ndarray
+
+
+class NotRecorded(Exception):
+    """The step runs eagerly, nothing recorded: its parameters or inputs live on a GPU, or an
+    input shares memory with its parameters or buffers (a copy would not see their updates).
+    ``lasting``: the signature runs eagerly from then on (else this call only)."""
+
+    def __init__(self, message, lasting=True):
+        super().__init__(message)
+        self.lasting = lasting
+
+
+class Meeting:
+    """The observer a recording attaches: it meets every leaf the step's ops read."""
+    checks_values = False
+
+    def __init__(self):
+        self.leaves, self.optimizers = [], []
+        self.classes = set()        # the op classes of the nodes the step made
+        self._ids = set()
+
+    def forward(self, node, parents):
+        self.classes.add(type(node))
+        for parent in parents:
+            if not parent._parents and not isinstance(parent, core.NetOp) \
+                    and id(parent) not in self._ids:
+                self._ids.add(id(parent))
+                self.leaves.append(parent)
+
+    def before(self, node):
+        pass
+
+    def after(self, node):
+        pass
+
+
+def record(fn, inputs):
+    """Run ``fn(*inputs)`` eagerly while recording: ``(schedule, result)``, or Unrecordable
+    (the step ran eagerly all the same; its result is the exception's ``result``)."""
+    world = World(fn, inputs)
+    arrays = [leaf._data for leaf in world.leaves] + [
+        value._data if isinstance(value, NetVar) else value for value in inputs
+        if isinstance(value, NetVar) or backend.is_array(value)]
+    if any(not isinstance(array, _ndarray) for array in arrays):
+        raise NotRecorded("capture records steps on NumPy arrays; on a GPU the step runs as "
+                          "it is (docs/capture.md)")
+    for leaf in world.leaves:
+        if leaf._g is not None and gradient_only_read(leaf):
+            raise NotRecorded(f"the gradient of {leaf._describe()} is the zeros reading "
+                              "its .g made, which its optimizer skips as no gradient and "
+                              "a replay could not tell from one: this call runs eagerly",
+                              lasting=False)
+    for k, value in enumerate(inputs):
+        if isinstance(value, NetVar) and value._parents:
+            raise NotRecorded(f"input {k} is a node computed by an op, with a graph: back() "
+                              "inside the step would go on into it, which a replay cannot "
+                              "do; give x.detach() (or its data)")
+    for k in world.inputs_held:
+        raise NotRecorded(f"input {k} is a parameter of the step's model or optimizer: a "
+                          "replay's copy of it would not see the optimizer's update")
+    for k, value in enumerate(inputs):
+        if isinstance(value, NetVar) and any(value is other for other in inputs[:k]):
+            raise NotRecorded(f"input {k} is a node given earlier too: each input is "
+                              "copied into a buffer of its own")
+    state = _state_arrays(world)
+    for k, value in enumerate(inputs):
+        array = value._data if isinstance(value, NetVar) else value
+        for what, other, _ in state:
+            if isinstance(array, _ndarray) and numpy.may_share_memory(array, other):
+                raise NotRecorded(f"input {k} shares memory with {what}, which the step "
+                                  "may change: a replay's copy of the input would not "
+                                  "see it (pass a copy to capture it)")
+    schedule, rec = Schedule(), Recording()
+    schedule.world, schedule.swaps, schedule.entries = world, [], []
+    start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
+    before = world.snapshot(optimizers=True)
+    counters = [(owner, name, getattr(owner, name))
+                for owner in world.owners for name in getattr(type(owner), "counters", ())]
+    entry_grads = {id(leaf): _entry_grads([leaf])[0] for leaf in world.leaves}
+    traced_inputs = _hand_in(schedule, rec, inputs)
+    met = Meeting()
+    result, error = _run(rec, met, fn, traced_inputs, world)
+    for optimizer in met.optimizers:        # kept where only the step's code finds it
+        world._add(optimizer, world.optimizers)
+    for value, buffer in zip(inputs, schedule.inputs):
+        if buffer is not None and id(buffer) in rec.inputs_written:   # as eager wrote it
+            numpy.copyto(value._data if isinstance(value, NetVar) else value, buffer)
+    schedule.outputs = _outputs(result, rec)
+    for leaf in met.leaves:
+        if leaf.index < start and not any(leaf is known for known in world.leaves) \
+                and leaf.requires_grad and type(leaf._data) is not Traced:
+            rec.refuse(f"the step uses a parameter capture did not find before it ran "
+                       f"({leaf._describe()}): keep parameters in a Module, an optimizer, "
+                       "or a name the step reads")
+    schedule.leaves = [leaf for leaf in {id(leaf): leaf for leaf in world.leaves +
+                                         met.leaves}.values()   # (each once)
+                       if leaf.index < start and all(leaf is not value for value in inputs)]
+    schedule.input_grads = [(k, plain(value._g)) for k, value in enumerate(inputs)
+                            if isinstance(value, NetVar) and type(value._g) is Traced]
+    schedule.counters = [(owner, name, getattr(owner, name) - value)
+                         for owner, name, value in counters]
+    _take_out(schedule, rec, inputs)
+    read = set().union(*(sources for *_, sources in rec.program))
+    for k, buffer in enumerate(schedule.inputs):
+        # integers or booleans no recorded operation reads: an index NumPy took itself
+        if buffer is not None and buffer.dtype.kind in "biu" and \
+                ("input", k) not in read and k not in rec.keyed:
+            rec.refuse(f"input {k} is read by no operation capture saw: NumPy reads an "
+                       "index itself (table[y], np.take(table, y) with a plain table), "
+                       "without asking it; index a node (nn.constant(table)[y] built "
+                       "outside the step, nn.layers.Embedding) or pass the table too")
+    gc.collect()        # the recorded graph's cycles: freed now, not amid later steps
+    moved = failed_guard(world.guards)
+    if moved:           # the step itself changed what it reads: a counter, a schedule
+        rec.refuse(f"the step changes Python state a replay would not: {moved}")
+    ignore = {(id(owner), name) for owner, name, _ in schedule.counters}
+    for holder, name in changed(before, world.snapshot(optimizers=True), ignore):
+        owner = ("a parameter group of an optimizer" if isinstance(holder, dict)
+                 else type(holder).__name__)
+        rec.refuse(f"the step changed {owner}'s {name}, which a replay would not (change "
+                   "it between calls: a schedule's step() outside the captured step)")
+    eager_result = _handed_out(schedule.outputs)
+    if error is not None:
+        raise error
+    if rec.refusals:
+        refusal = Unrecordable("; ".join(rec.refusals))
+        refusal.result = eager_result
+        raise refusal
+    schedule.program, writes = program(rec, pinned=schedule._pinned(),
+                                       trusted=(_live_step,))
+    schedule._note_writers(writes)
+    schedule._find_readers()
+    schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
+    schedule.wants = [leaf.requires_grad for leaf in schedule.leaves]
+    schedule.groups = _groups(world.optimizers)
+    op_classes(world, met.classes)
+    schedule.snapshot, schedule.held = world.snapshot(), world.held()
+    # the parameters' data and the buffers: arrays that live on (not the gradients)
+    schedule.state_roots = {id(_root(array)) for _, array, lasting in state if lasting}
+    schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
+    schedule.draws = any(step[0] is _draw for step in rec.program)
+    schedule.keyed = tuple(sorted(rec.keyed))
+    return schedule, eager_result
+
+
+def _swap(schedule, holder, attribute, twin):
+    schedule.swaps.append((holder, attribute, getattr(holder, attribute), twin))
+    setattr(holder, attribute, twin)
+
+
+def _hand_in(schedule, rec, inputs):
+    """Give the step Traced arrays: copies of its inputs (the input buffers), its
+    parameters' data (themselves: the optimizer updates them in place), copies of their
+    gradients and of the buffers (entries, copied in at each replay). Returns the inputs."""
+    schedule.inputs, schedule.input_entries, traced = [], [], []
+    for value in inputs:
+        if not isinstance(value, (_ndarray, NetVar)):
+            schedule.inputs.append(None)
+            traced.append(value)
+            continue
+        buffer = numpy.array(value._data if isinstance(value, NetVar) else value, copy=True,
+                             subok=False)
+        rec.vary(buffer, ("input", len(schedule.inputs)))
+        rec.inputs.add(id(buffer))
+        schedule.inputs.append(buffer)
+        twin = rec.traced_view(buffer)
+        if isinstance(value, NetVar):
+            _swap(schedule, value, "_data", twin)
+            if value._g is not None:    # a gradient it adds to: the caller's, each call
+                entry = numpy.array(value._g, copy=True, subok=False)
+                rec.vary(entry, "state")
+                schedule.input_entries.append((len(schedule.inputs) - 1, entry))
+                _swap(schedule, value, "_g", rec.traced_view(entry))
+        traced.append(value if isinstance(value, NetVar) else twin)
+    for leaf in schedule.world.leaves:
+        rec.vary(leaf._data, "state")
+        rec.kept.add(id(_root(leaf._data)))
+        _swap(schedule, leaf, "_data", rec.traced_view(leaf._data))
+        if leaf._g is not None:
+            _enter(schedule, rec, leaf, "_g")
+    for owner in schedule.world.owners:
+        for name in type(owner).buffers:
+            if isinstance(getattr(owner, name, None), _ndarray):
+                _enter(schedule, rec, owner, name)
+    return traced
+
+
+def _enter(schedule, rec, holder, attribute):
+    entry = numpy.array(getattr(holder, attribute), copy=True, subok=False)
+    rec.vary(entry, "state")
+    schedule.entries.append((holder, attribute, entry))
+    _swap(schedule, holder, attribute, rec.traced_view(entry))
+
+
+def _run(rec, met, fn, inputs, world):
+    """``fn(*inputs)`` recorded: NumPy patched, the optimizer's step live (an instruction
+    that sets the gradients it reads and calls it), back(trace=True) refused, every leaf
+    the ops read met, every Python function that runs read by the world (a profile hook).
+    Returns ``(result, error)``."""
+    live_step, tracer = Optimizer.step, core.recorder
+
+    def step(optimizer):
+        if threading.get_ident() != rec.thread:     # another thread's optimizer: its own
+            return live_step(optimizer)
+        met.optimizers.append(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        grads = [(p, None if p._g is None else plain(p._g), p._gshared) for p in params]
+        rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
+        rec.touched = rec.touched or f"{type(optimizer).__name__}.step()"
+        twins = [p._data for p in params]
+        read = [p for p in params if p._g is not None and getattr(p, "_gread", None) is p._g]
+        for p, g, _ in grads:       # the step runs on plain arrays, as at a replay
+            p._data, p._g = plain(p._data), g
+        for p in read:      # zeros a read of .g made in the step: no gradient while zeros
+            p._gread = p._g
+            rec.refuse(f"the step reads .g of {p._describe()}, which had no gradient: the "
+                       "zeros that makes are no gradient to its optimizer, which a replay "
+                       "could not tell from a gradient of zeros; read .g after the call")
+        rec.paused = True
+        try:
+            live_step(optimizer)
+        finally:
+            rec.paused = False
+            for p, twin in zip(params, twins):
+                if p._data is plain(twin):      # updated in place: the Traced twin again
+                    p._data = twin
+
+    def traced_back():          # back(trace=True): a Trace no replay would make
+        rec.refuse("the step calls back(trace=True), whose Trace a replay would not make")
+        return tracer()
+    def profile(frame, event, arg):
+        if frame.f_code.co_name == "__del__":
+            return
+        if event == "call":
+            world.meet(frame)
+        elif event == "return":
+            world.met_return(frame, arg)
+
+    Optimizer.step, core.recorder = step, traced_back
+    core.observers.append(met)
+    profiler, collecting = sys.getprofile(), gc.isenabled()
+    try:
+        with patched(rec):
+            gc.disable()        # (a collection's callbacks are no code of the step's)
+            sys.setprofile(profile)
+            try:
+                return fn(*inputs), None
+            finally:
+                sys.setprofile(profiler)
+                if collecting:
+                    gc.enable()
+    except BaseException as raised:
+        return None, raised
+    finally:
+        Optimizer.step, core.recorder = live_step, tracer
+        core.observers.remove(met)
+
+
+def _take_out(schedule, rec, inputs):
+    """Put the plain arrays back where the Traced ones were handed in, and note what each
+    replay hands out: gradients (copies), buffers the step rebinds (copies) or writes into
+    (copied into the holder's array). A parameter the step assigned new data keeps it."""
+    schedule.grads_out = [(leaf, plain(leaf._g)) for leaf in schedule.leaves
+                      if type(leaf._g) is Traced]
+    schedule.outs = []          # (holder, attribute, buffer, "rebind" or "write")
+    originals = {(id(holder), attribute): old for holder, attribute, old, _ in schedule.swaps}
+    for holder, attribute, old, twin in schedule.swaps:
+        value = getattr(holder, attribute)
+        if attribute != "_data":
+            continue
+        if value is twin:
+            holder._data = old
+        else:
+            rec.refuse(f"the step assigned new data to {holder._describe()}")
+            holder._data = plain(value).copy() if type(value) is Traced else value
+    for holder, attribute, entry in schedule.entries:
+        if attribute == "_g":       # a gradient at entry: handed out with grads_out
+            continue
+        value, original = getattr(holder, attribute), originals[(id(holder), attribute)]
+        if type(value) is not Traced:
+            rec.refuse(f"the step assigned {type(holder).__name__}.{attribute} a value "
+                       "capture did not see computed")
+        elif _root(plain(value)) is not entry:
+            schedule.outs.append((holder, attribute, plain(value), "rebind"))
+            setattr(holder, attribute, plain(value).copy())
+        else:
+            setattr(holder, attribute, original)
+            if written(rec, entry):
+                numpy.copyto(original, entry)
+                schedule.outs.append((holder, attribute, entry, "write"))
+    for leaf, buffer in schedule.grads_out:
+        leaf._g, leaf._gshared = buffer.copy(), True
+    for position, buffer in schedule.input_grads:
+        inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
+
+
+def _state_arrays(world):
+    """``(what, array, lasting)`` for the arrays a step may change in place: its parameters'
+    data and its buffers (``lasting``: they stay the holders' arrays) and its parameters'
+    gradients (each back() may make new ones)."""
+    state = [(f"the data of the parameter {leaf._describe()}", leaf._data, True)
+             for leaf in world.leaves]
+    state += [(f"{type(owner).__name__}.{name}", getattr(owner, name), True)
+              for owner in world.owners for name in type(owner).buffers
+              if isinstance(getattr(owner, name, None), _ndarray)]
+    state += [(f"the gradient of {leaf._describe()}", leaf._g, False) for leaf in world.leaves
+              if isinstance(leaf._g, _ndarray)]
+    return state
+
+
+def _outputs(result, rec):
+    """What the step returned, with each node and array as the buffer its value is in."""
+    if isinstance(result, NetVar):
+        data = result._data
+        if type(data) is not Traced:
+            rec.refuse("the step returns a node whose value capture did not see computed")
+            return ("value", result)
+        return ("node", plain(data))
+    if type(result) is Traced:
+        return ("array", plain(result))
+    if isinstance(result, _ndarray):
+        rec.refuse("the step returns an array capture did not see computed")
+        return ("value", result)
+    if isinstance(result, (tuple, list)):
+        return (type(result), [_outputs(item, rec) for item in result])
+    if isinstance(result, dict):
+        return (dict, {key: _outputs(item, rec) for key, item in result.items()})
+    if not isinstance(result, (int, float, complex, bool, str, type(None))):
+        rec.refuse(f"the step returns a {type(result).__name__}")
+    return ("value", result)
