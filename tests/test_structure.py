@@ -42,8 +42,9 @@ LAYERS = [
     ["optim"],
     # capture and replay of a step: the recording, what the step reads, the replay
     ["replay.instructions"],            # what a replay's instructions call
-    ["replay.record", "replay.world"],
-    ["replay.program"],                 # a recording's instructions as the replay calls them
+    ["replay.record", "replay.guards"],     # the recording; how a replay checks what was read
+    ["replay.world",                    # what a step reads besides its inputs
+     "replay.program"],                 # a recording's instructions as the replay calls them
     ["replay.schedule"],                # one signature's recording: stale?, replay
     ["replay.first_call"],              # how a signature's first call records its schedule
     ["replay.captured"],                # capture(): which recording a call replays

@@ -18,7 +18,8 @@ from .instructions import _draw, _live_step, _root
 from .program import program, written
 from .record import Recording, Traced, Unrecordable, patched, plain
 from .schedule import Schedule, _entry_grads, _groups, _handed_out
-from .world import World, changed, failed_guard, op_classes
+from .guards import changed, failed_guard
+from .world import World, op_classes
 
 _ndarray = numpy.ndarray
 

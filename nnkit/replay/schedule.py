@@ -13,7 +13,7 @@ from ..core import NetVar, constant
 from ..optim import flat
 from .instructions import GuardFailed, _arrays, _live_step, _root
 from .program import read_from, readers, rehome
-from .world import changed, failed_guard
+from .guards import changed, failed_guard
 
 _COPIED = 64 * 1024     # bytes per reading instruction: an input smaller is copied in
 

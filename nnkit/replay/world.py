@@ -1,5 +1,5 @@
-"""What a captured step reads besides its inputs, found before it records, and the guards that
-check at every replay that none of it changed.
+"""What a captured step reads besides its inputs, found before it records, and the guards
+(``guards.py``) that check at every replay that none of it changed.
 
 A replay does not run the step's Python, so whatever that Python read is checked instead. It
 is found twice: before the step records, from the names its code reads (below), and while it
@@ -18,8 +18,6 @@ arguments, a ``__call__``'s object, code reached in ways no name shows).
   layer or changing ``dropout.p`` records again; the functions a Module keeps (a lambda in a
   Sequential) are read as the step's.
 """
-import array
-import collections.abc
 import contextvars
 import dataclasses
 import dis
@@ -33,10 +31,9 @@ import numpy
 from ..core import NetVar
 from ..module import Module, walk
 from ..optim.base import Optimizer
-from .instructions import exact
+from .guards import _LONGEST, _MISSING, _SEQUENCES, _VALUES, _items, _shallow, guard
 
 _ndarray = numpy.ndarray
-_VALUES = (int, float, complex, bool, str, bytes, type(None), numpy.generic, numpy.dtype)
 # functions of these are not read (nnkit's own code is the ops'); objects of the foreign ones
 # are not looked into (an nnkit object a step reads, a learning-rate schedule, is)
 _FOREIGN = frozenset(("numpy", "builtins", "math", "functools", "itertools", "torch"))
@@ -45,7 +42,6 @@ _SKIPPED_MODULES = _FOREIGN | {"nnkit"}
 # copy, json: their own state is not the step's settings)
 _LIBRARIES = _FOREIGN | frozenset(sys.stdlib_module_names)
 _SKIPPED_CODE = _LIBRARIES | {"nnkit"}
-_SEQUENCES = (collections.deque, array.array, bytearray)     # compared by contents
 _DEEPEST = 16       # calls and attributes followed before the step runs (world.meet: as it runs)
 _DYNAMIC = frozenset(("getattr", "vars", "__dict__"))   # code that reads attributes by name
 
@@ -290,28 +286,7 @@ class World:
             self._visit(attribute, f"{where}.{name}", reader, depth + 1, names)
 
     def _guard(self, where, read, value):
-        if isinstance(value, _VALUES) or _plain_tuple(value):
-            self.guards.append((where, read, value, "value"))
-        elif isinstance(value, _ndarray):
-            self.guards.append((where, read, (value, value.copy()), "array"))
-        elif isinstance(value, (list, dict)) and all(
-                isinstance(item, _VALUES) for item in _items(value).values()):
-            self.guards.append((where, read, (value, _exact_items(value)), "values"))
-        elif isinstance(value, set) and all(isinstance(item, _VALUES) for item in value):
-            self.guards.append((where, read, (value, frozenset(value)), "set"))
-        elif isinstance(value, collections.abc.Mapping) and not isinstance(value, dict):
-            self.guards.append((where, read, (value, _exact_items(value)), "mapping"))
-        elif isinstance(value, memoryview):
-            self.guards.append((where, read, (value, value.tobytes()), "bytes"))
-        elif isinstance(value, _SEQUENCES):
-            self.guards.append((where, read, (value, list(map(exact, value))), "sequence"))
-        elif isinstance(value, (types.MethodType, types.BuiltinMethodType,
-                                types.MethodWrapperType)):
-            self.guards.append((where, read, value, "equal"))  # made anew at each reading
-        elif isinstance(value, (list, dict)) and len(value) <= _LONGEST:
-            self.guards.append((where, read, (value, _in_order(value)), "items"))
-        else:
-            self.guards.append((where, read, value, "is"))
+        self.guards.append(guard(where, read, value))
 
     # -- Modules and buffer owners, attribute by attribute
     def held(self):
@@ -381,91 +356,6 @@ def _changing(holder):
         if not isinstance(holder, Module) else ()
 
 
-def changed(before, after, ignore=()):
-    """``(holder, name)`` of each attribute that differs between two snapshots (``ignore``: the
-    ``(id(holder), name)`` a step changes by design)."""
-    differences, earlier = [], {id(holder): old for holder, old in before}
-    for holder, new in after:           # (holders found while the step ran: not in before)
-        old = earlier.get(id(holder), new)
-        for name in set(old) | set(new):
-            if (id(holder), name) not in ignore and old.get(name, _MISSING) != new.get(name, _MISSING):
-                differences.append((holder, name))
-    return differences
-
-
-def failed_guard(guards):
-    """The description of the first guard that no longer holds, or None."""
-    for where, read, expected, how in guards:
-        try:
-            value = read()
-        except (KeyError, ValueError, AttributeError):
-            return f"{where} is gone"
-        if how == "is":
-            if value is not expected:
-                return f"{where} now holds another object"
-        elif how == "values":       # a list or dict of numbers and strings, bit for bit
-            container, items = expected
-            if value is not container or _exact_items(value) != items:
-                return f"{where} (a {type(container).__name__}) changed"
-        elif how == "set":
-            container, items = expected
-            if value is not container or value != items:
-                return f"{where} (a set) changed"
-        elif how == "equal":        # a method: the same function (of the same object)
-            if value != expected:
-                return f"{where} is another function"
-        elif how == "items":
-            container, items = expected
-            if value is not container or len(value) != len(items) or \
-                    _in_order(value) != items:
-                return f"{where} (a {type(container).__name__}) changed"
-        elif how == "mapping":      # a UserDict, ChainMap, mappingproxy, os.environ
-            container, items = expected
-            if value is not container or _exact_items(value) != items:
-                return f"{where} (a {type(container).__name__}) changed"
-        elif how == "bytes":        # a memoryview: the bytes it shows
-            container, contents = expected
-            if value is not container or value.tobytes() != contents:
-                return f"{where} (a memoryview) changed"
-        elif how == "sequence":
-            container, items = expected
-            if value is not container or list(map(exact, value)) != items:
-                return f"{where} (a {type(container).__name__}) changed"
-        elif how == "array":
-            array, contents = expected
-            if value is not array or not _same_contents(array, contents):
-                return f"{where} (an array) changed"
-        elif type(value) is not type(expected) or not _equal(value, expected):
-            return f"{where} changed from {expected!r} to {value!r}"
-    return None
-
-
-_MISSING = object()
-_LONGEST = 1000     # a longer list or dict read by the step is checked by identity only
-
-
-def _items(container):
-    return container if isinstance(container, dict) else dict(enumerate(container))
-
-
-def _equal(a, b):
-    return exact(a) == exact(b)
-
-
-def _in_order(container):
-    """A list's or dict's items, in order (a dict reordered is another dict to the step that
-    walks it), as ``_shallow`` compares them."""
-    return list(_shallow(_items(container)).items())
-
-
-def _exact_items(container):
-    """A list's or a mapping's items as ``exact`` keys (== takes -0.0 for 0.0, 0.1 for
-    NumPy's)."""
-    items = container.items() if isinstance(container, collections.abc.Mapping) \
-        else enumerate(container)
-    return [(key, exact(item)) for key, item in items]
-
-
 def _where(code):
     return getattr(code, "co_qualname", code.co_name)
 
@@ -474,35 +364,6 @@ def _skipped(module, packages):
     """Whether the module named ``module`` belongs to one of ``packages`` (not "mathconfig"
     to "math")."""
     return str(module).partition(".")[0] in packages
-
-
-def _same_contents(array, contents):
-    """Whether ``array`` holds the bytes of ``contents`` (its copy): -0.0 is not 0.0."""
-    if array.shape != contents.shape or array.dtype != contents.dtype:
-        return False
-    try:
-        return numpy.array_equal(array.view(numpy.uint8), contents.view(numpy.uint8))
-    except (ValueError, TypeError):         # not laid out for a view of bytes
-        return array.tobytes() == contents.tobytes()
-
-
-def _plain_tuple(value):
-    return type(value) is tuple and all(isinstance(v, _VALUES) or _plain_tuple(v) for v in value)
-
-
-def _shallow(attributes, skip=()):
-    snapshot = {}
-    for name, value in attributes.items():
-        if name in skip:
-            continue
-        if isinstance(value, _VALUES) or _plain_tuple(value):
-            snapshot[name] = ("value", exact(value))
-        elif isinstance(value, (list, dict)):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            snapshot[name] = ("items", id(value), tuple((k, id(v)) for k, v in items))
-        else:
-            snapshot[name] = ("is", id(value))
-    return snapshot
 
 
 def _global_names(code):
