@@ -196,6 +196,17 @@ def set_rng_state(state):
     _gpu_rngs.clear()
 
 
+def rewind_rng(state):
+    """Put nnkit's global generator back to ``state``, a ``get_rng_state()`` of this very
+    generator, in place: whoever holds it (``gen = rng()``) draws on from there as well. (A
+    replay's check against eager runs the step twice from one state.) Another generator's state
+    is given to ``set_rng_state``."""
+    if state.get("bit_generator") == type(_rng.bit_generator).__name__:
+        _rng.bit_generator.state = state
+    else:
+        set_rng_state(state)
+
+
 def generator_from_state(state, where="set_rng_state"):
     """A new NumPy Generator continuing from ``state`` (see ``set_rng_state``), which is
     checked first (TypeError or ValueError naming ``where`` and what is wrong); nnkit's global

@@ -165,6 +165,18 @@ class _Run:
             state[name] = view
 
 
+def recount(optimizer):
+    """Each run's counts taken again from its parameters' states, where they agree: after the
+    states were put back in place (a replay's check against eager runs a step twice from one
+    state), the runs and the states they view stay one."""
+    plan = vars(optimizer).get("_flat_runs")
+    for run in plan.runs.values() if plan is not None else ():
+        for name in run.counts:
+            values = {optimizer.state[position].get(name) for position in run.positions}
+            if len(values) == 1:
+                run.counts[name] = values.pop()
+
+
 def gradient_homes(optimizer):
     """id(parameter) -> the view of the flat gradient array of its run (the last step's runs),
     where ``update`` finds the gradient without copying it when it is that very view: a

@@ -4,6 +4,7 @@ starts from), runs it eagerly while NumPy is patched to write down each array op
 (``record.py``) and every Python function it runs is read (``world.py``), takes the plain arrays
 back out, and refuses what a replay could not do as eager does (``NotRecorded`` before the step
 runs, ``Unrecordable`` after it ran)."""
+import copy
 import gc
 import sys
 import threading
@@ -101,14 +102,12 @@ def record(fn, inputs):
     counters = [(owner, name, getattr(owner, name))
                 for owner in world.owners for name in getattr(type(owner), "counters", ())]
     entry_grads = {id(leaf): _entry_grads([leaf])[0] for leaf in world.leaves}
+    given = [value._data if isinstance(value, NetVar) else value for value in inputs]
     traced_inputs = _hand_in(schedule, rec, inputs)
     met = Meeting()
     result, error = _run(rec, met, fn, traced_inputs, world)
     for optimizer in met.optimizers:        # kept where only the step's code finds it
         world._add(optimizer, world.optimizers)
-    for value, buffer in zip(inputs, schedule.inputs):
-        if buffer is not None and id(buffer) in rec.inputs_written:   # as eager wrote it
-            numpy.copyto(value._data if isinstance(value, NetVar) else value, buffer)
     schedule.outputs = _outputs(result, rec)
     for leaf in met.leaves:
         if leaf.index < start and not any(leaf is known for known in world.leaves) \
@@ -124,6 +123,14 @@ def record(fn, inputs):
     schedule.counters = [(owner, name, getattr(owner, name) - value)
                          for owner, name, value in counters]
     _take_out(schedule, rec, inputs)
+    for k, (array, buffer) in enumerate(zip(given, schedule.inputs)):
+        if buffer is not None:
+            buffer.flags.writeable = True
+        if buffer is not None and buffer.tobytes() != array.tobytes():   # written: as eager
+            if id(buffer) not in rec.inputs_written:
+                rec.refuse(f"the step writes into input {k} where capture does not see it "
+                           "(x.flat[i] = v, np.nditer): a replay hands it a copy")
+            numpy.copyto(array, buffer)
     read = set().union(*(sources for *_, sources in rec.program))
     for k, buffer in enumerate(schedule.inputs):
         # integers or booleans no recorded operation reads: an index NumPy took itself
@@ -153,6 +160,11 @@ def record(fn, inputs):
     schedule.program, writes = program(rec, pinned=schedule._pinned(),
                                        trusted=(_live_step,))
     schedule._note_writers(writes)
+    data = {id(_root(leaf._data)) for leaf in schedule.leaves}
+    # the first instruction that changes what a call leaves (the optimizer, a parameter's data)
+    schedule.lasting = next((index for index, ((function, _), written) in enumerate(
+        zip(schedule.program, writes)) if function is _live_step or written & data),
+        len(schedule.program))
     schedule._find_readers()
     schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
     schedule.wants = [leaf.requires_grad for leaf in schedule.leaves]
@@ -187,6 +199,9 @@ def _hand_in(schedule, rec, inputs):
         rec.vary(buffer, ("input", len(schedule.inputs)))
         rec.inputs.add(id(buffer))
         schedule.inputs.append(buffer)
+        if not (value._data if isinstance(value, NetVar) else value).flags.writeable:
+            buffer.flags.writeable = False      # a write into it raises, as eagerly (until
+            # the step has run: a replay copies the next input in)
         twin = rec.traced_view(buffer)
         if isinstance(value, NetVar):
             _swap(schedule, value, "_data", twin)
@@ -256,6 +271,11 @@ def _run(rec, met, fn, inputs, world):
         if frame.f_code.co_name == "__del__":
             return
         if event == "call":
+            if frame.f_code is live_step.__code__ and not rec.paused:
+                rec.refuse("the step calls an optimizer's step() through a reference taken "
+                           "before it was captured (opt.step kept or wrapped on the optimizer): "
+                           "its update would be replayed with this call's learning rate; wrap "
+                           "it after capture, or call optimizer.step() inside the step")
             world.meet(frame)
         elif event == "return":
             world.met_return(frame, arg)
@@ -341,14 +361,19 @@ def _outputs(result, rec):
             return ("value", result)
         return ("node", plain(data))
     if type(result) is Traced:
-        return ("array", plain(result))
+        return ("scalar" if id(result) in rec.scalars else "array", plain(result))
     if isinstance(result, _ndarray):
         rec.refuse("the step returns an array capture did not see computed")
         return ("value", result)
-    if isinstance(result, (tuple, list)):
-        return (type(result), [_outputs(item, rec) for item in result])
-    if isinstance(result, dict):
-        return (dict, {key: _outputs(item, rec) for key, item in result.items()})
+    if isinstance(result, list) or type(result) is tuple or hasattr(result, "_make"):
+        return (type(result), [_outputs(item, rec) for item in result])    # (a namedtuple)
+    if isinstance(result, dict):            # an OrderedDict, a defaultdict: an empty copy
+        shell = copy.copy(result)
+        shell.clear()
+        return (shell, {key: _outputs(item, rec) for key, item in result.items()})
+    if isinstance(result, tuple):
+        rec.refuse(f"the step returns a {type(result).__name__}: return a tuple or namedtuple")
+        return ("value", result)
     if not isinstance(result, (int, float, complex, bool, str, type(None))):
         rec.refuse(f"the step returns a {type(result).__name__}")
     return ("value", result)

@@ -100,9 +100,24 @@ class Traced(_ndarray):
     item = _read(_ndarray.item)
     tolist = _read(_ndarray.tolist)
     tobytes = _read(_ndarray.tobytes)
+    __format__ = _read(_ndarray.__format__)     # f"{loss:.3f}", str(), repr(): values too
+    __str__ = _read(_ndarray.__str__)
+    __repr__ = _read(_ndarray.__repr__)
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
+
+    @property
+    def flat(self):
+        _unseen(".flat")
+        return _ndarray.flat.__get__(self)
+
+
+def _unseen(what):
+    """A way into a step's arrays that no instruction records (what it reads or writes)."""
+    if _ours():
+        active.refuse(f"the step reads or writes its arrays through {what} ({_site()}), which "
+                      "capture does not see; index them, or use .reshape(-1)")
 
 
 def plain(value):
@@ -149,6 +164,8 @@ class Recording:
         self.program = []       # (function, args, kwargs): the replay calls each in turn
         self.plains = {}        # id(Traced) -> its plain array (the buffer or view it is)
         self.traced = []        # the Traced arrays made (kept alive: their ids key plains)
+        self.ours = set()       # ids of the roots of their plain arrays: the step's own memory
+        self.scalars = set()    # ids of those that are NumPy scalars eagerly (x.sum(), x[0, 0])
         self.buffers = {}       # id(plain array) -> plain array: every array an instruction writes
         self.sources = {}       # id(root array) -> what its value follows: ("input", k), "state"
         self.keyed = set()      # inputs whose values a guard reads (lengths): the signature's
@@ -175,6 +192,7 @@ class Recording:
             self.inside = False
         self.plains[id(twin)] = array
         self.traced.append(twin)
+        self.ours.add(id(_root(array)))
         return twin
 
     def add(self, function, args, kwargs, writes=(), sources=None):
@@ -217,17 +235,22 @@ class Recording:
         self.inside = True
         try:
             result = function(*args, **kwargs)
+        except BaseException:
+            # (a step that catches it goes on another way than a call where it does not raise)
+            self.refuse(f"an array operation raised inside the step ({_site()}): a replay "
+                        "could not tell the calls where it raises")
+            raise
         finally:
             self.inside = False
         if "out" in kwargs and kwargs["out"] is not None:
             out = kwargs["out"]
-            self.add(function, args, kwargs, out if type(out) is tuple else (out,))
+            self._write(function, args, kwargs, out if type(out) is tuple else (out,))
             return _retrace(self, result)
         if type(result) is _ndarray and any(result is arg for arg in args[1:]):
-            self.add(function, args, kwargs, (result,))     # out= given by position
+            self._write(function, args, kwargs, (result,))     # out= given by position
             return _retrace(self, result)
         if result is None:                  # a write into an argument: a[i] = v, add.at, ...
-            self.add(function, args, kwargs, _written(function, args))
+            self._write(function, args, kwargs, _written(function, args))
             return None
         results = result if type(result) in (tuple, list) else (result,)      # split: a list
         if not all(isinstance(item, (_ndarray, numpy.generic)) for item in results):
@@ -237,9 +260,11 @@ class Recording:
             return self.traced_view(result)
         made = []
         fresh = []
+        scalars = []            # NumPy scalars eagerly: 0-d buffers here (handed out as scalars)
         for item in results:
             if isinstance(item, numpy.generic):
                 item = numpy.array(item)
+                scalars.append(item)
             elif type(item) is not _ndarray:
                 item = _ndarray.view(item, _ndarray)
             if not _is_view_of(item, args, kwargs):
@@ -248,7 +273,19 @@ class Recording:
         if fresh:
             self._write_fresh(function, args, kwargs, made, fresh)
         twins = [self.traced_view(item) for item in made]
+        self.scalars.update(id(twin) for twin, item in zip(twins, made)
+                            if any(item is scalar for scalar in scalars))
         return type(result)(twins) if type(result) in (tuple, list) else twins[0]
+
+    def _write(self, function, args, kwargs, writes):
+        """Record a write into arrays that exist: the step's own (made in it, handed in), or
+        refused: an array from outside it (a global's, an object's) would be written by the
+        replay as by eager, but not put back by the check of a replay against eager."""
+        for array in writes:
+            if id(_root(array)) not in self.ours:
+                self.refuse(f"the step writes into an array it did not make or get as an input "
+                            f"({_site()}): keep it in a Module as a buffer, or pass it in")
+        self.add(function, args, kwargs, writes)
 
     def _write_fresh(self, function, args, kwargs, made, fresh):
         # (ones_like and its kind read only their first argument's shape and dtype)
@@ -380,9 +417,16 @@ class patched:
     def __enter__(self):
         global active
         self.saved = [(numpy, name, getattr(numpy, name)) for name in _MAKERS + _CONVERTERS]
-        self.saved.append((backend, "rng", backend.rng))
-        for module, name, original in self.saved[:-1]:
+        nditer = numpy.nditer
+        self.saved += [(numpy, "nditer", nditer), (backend, "rng", backend.rng)]
+        for module, name, original in self.saved[:-2]:
             setattr(module, name, (_maker if name in _MAKERS else _converter)(original))
+
+        def iterated(operands, *args, **kwargs):
+            if holds_traced(operands):
+                _unseen("np.nditer")
+            return nditer(operands, *args, **kwargs)
+        numpy.nditer = iterated
         rng = backend.rng
         backend.rng = lambda xp=numpy: _Draws(xp, rng)
         active = self.recording

@@ -72,10 +72,17 @@ class Schedule:
                 function(*args)
         except GuardFailed:
             if saved is not None:
-                backend.set_rng_state(saved)
+                backend.rewind_rng(saved)
             raise
-        except BaseException:       # the optimizer refused, a check raised: eager's state
-            self._hand_out(inputs, self._index_of(function, args))
+        except BaseException as error:  # the optimizer refused, a check raised: eager's state
+            done = self._index_of(function, args)
+            if done < self.lasting and isinstance(error, Exception):
+                # nothing lasting changed yet: recorded again, eagerly (the step may catch it)
+                if saved is not None:
+                    backend.rewind_rng(saved)
+                raise GuardFailed(f"an array operation raised at a replay ({type(error).__name__}: "
+                                  f"{error})") from error
+            self._hand_out(inputs, done)
             raise
         self._hand_out(inputs, len(self.program))
         return _handed_out(self.outputs)
@@ -191,8 +198,9 @@ class Schedule:
     def save(self, inputs=()):
         """The state a step changes (and the gradients of the node ``inputs``), as copies."""
         state = {}
-        for leaf in self.leaves:
-            state[("data", id(leaf))] = leaf._data.copy()
+        for leaf in self.leaves:        # (read-only data: no step changes it)
+            if leaf._data.flags.writeable:
+                state[("data", id(leaf))] = leaf._data.copy()
         for holder, attribute, _ in self.entries:
             state[("entry", id(holder), attribute)] = numpy.array(getattr(holder, attribute))
         for optimizer in self.world.optimizers:
@@ -229,20 +237,50 @@ class Schedule:
         return str(key[0])
 
     def restore(self, state):
+        """Put back what ``save`` saved, in place where it can (the arrays and the optimizer's
+        state dicts a user may hold stay the live ones)."""
         for leaf in self.leaves:
-            leaf._data[...] = state[("data", id(leaf))]
+            if ("data", id(leaf)) in state:
+                leaf._data[...] = state[("data", id(leaf))]
         for holder, attribute, _ in self.entries:
-            setattr(holder, attribute, state[("entry", id(holder), attribute)].copy())
+            saved, now = state[("entry", id(holder), attribute)], getattr(holder, attribute)
+            if attribute != "_g" and _fits(now, saved):     # (gradients: "holders" below)
+                numpy.copyto(now, saved)
+            else:
+                setattr(holder, attribute, saved.copy())
         for optimizer in self.world.optimizers:
-            optimizer.state[:] = copy.deepcopy(state[("optimizer", id(optimizer))])
+            saved = state[("optimizer", id(optimizer))]
+            if len(saved) != len(optimizer.state):
+                optimizer.state[:] = copy.deepcopy(saved)
+            for now, was in zip(optimizer.state, saved):
+                for key in [key for key in now if key not in was]:
+                    del now[key]
+                for key, value in was.items():
+                    _put_back(now, key, value)
+            flat.recount(optimizer)
             for modifier, saved in zip(_recording(optimizer), state[("modifiers", id(optimizer))]):
                 vars(modifier).clear()
                 vars(modifier).update(saved)
         for owner, name, _ in self.counters:
             setattr(owner, name, state[("counter", id(owner), name)])
-        backend.set_rng_state(state["rng"])
+        backend.rewind_rng(state["rng"])
         for leaf, g, shared in state["holders"]:
             leaf._g, leaf._gshared = (None, shared) if g is None else (g.copy(), shared)
+
+
+def _put_back(state, key, value):
+    """``state[key]`` (a parameter's optimizer state) made ``value`` again: written into the
+    array it holds when that fits, else given a copy."""
+    if _fits(state.get(key), value):
+        numpy.copyto(state[key], value)
+    else:
+        state[key] = copy.deepcopy(value)
+
+
+def _fits(now, saved):
+    """Whether the array ``now`` can take ``saved``'s values in place."""
+    return type(now) is _ndarray and type(saved) is _ndarray and now.shape == saved.shape \
+        and now.dtype == saved.dtype and now.flags.writeable
 
 
 def _recording(optimizer):
@@ -269,12 +307,17 @@ def _entry_grads(leaves, before=None):
 
 def _handed_out(spec):
     kind, value = spec
+    if isinstance(kind, dict):          # an empty copy of the dict the step returned
+        handed = copy.copy(kind)
+        handed.update((key, _handed_out(item)) for key, item in value.items())
+        return handed
     if kind == "node":
         return constant(value.copy())
     if kind == "array":
         return value.copy()
+    if kind == "scalar":                # a NumPy scalar, as eager returns it
+        return value[()]
     if kind == "value":
         return value
-    if kind is dict:
-        return {key: _handed_out(item) for key, item in value.items()}
-    return kind(_handed_out(item) for item in value)
+    items = [_handed_out(item) for item in value]
+    return kind._make(items) if hasattr(kind, "_make") else kind(items)    # (a namedtuple)

@@ -1,0 +1,292 @@
+"""Never stale, through what a step does itself and what is done around it: writes into its
+inputs or into arrays from outside, errors it catches, values it formats, NumPy scalars it
+returns, read-only arrays; an optimizer's step kept from before the capture, the
+generator and the optimizer's state a user holds between calls.
+
+Each scenario runs eagerly and captured from the same seed, over fresh inputs: what every call
+returned (or raised), the parameters and what the scenario observes after each call must be
+the same bits.
+"""
+import collections
+import warnings
+
+import numpy as np
+import pytest
+
+import nnkit as nn
+
+
+def _bits(value):
+    if isinstance(value, nn.NetVar):
+        value = value.data
+    if isinstance(value, (np.ndarray, np.generic)):
+        return type(value).__name__, value.dtype.str, np.shape(value), value.tobytes()
+    if isinstance(value, dict):
+        return type(value).__name__, [(key, _bits(item)) for key, item in value.items()]
+    if isinstance(value, (tuple, list)):
+        return type(value).__name__, [_bits(item) for item in value]
+    return value
+
+
+def same_as_eager(build, calls):
+    """``build()`` returns ``(step, observed)``; ``calls()`` the argument tuples, made anew for
+    each run. Returns the captured step after checking both runs alike."""
+    runs = []
+    for captured in (False, True):
+        nn.seed(0)
+        step, observed = build()
+        if captured:
+            step = nn.capture(step)
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for args in calls():
+                try:
+                    result = _bits(step(*args))
+                except Exception as error:      # noqa: BLE001 (eager's error is the expected)
+                    result = f"{type(error).__name__}: {error}"
+                seen.append((result, [_bits(value) for value in observed()]))
+        runs.append(seen)
+    assert runs[0] == runs[1]
+    return step
+
+
+def linear_gd(loss_of, lr=0.1, outputs=2):
+    """A Linear(3, outputs) trained by GD on ``loss_of(layer, *inputs)``: ``(step, observed)``,
+    observed the parameters."""
+    layer = nn.layers.Linear(3, outputs)
+    opt = nn.GD(layer.vars, lr=lr)
+
+    def step(*inputs):
+        loss = loss_of(layer, *inputs)
+        loss.back()
+        opt.step()
+        return loss
+    return step, lambda: list(layer.vars)
+
+
+def batches(*scales, rows=2):
+    return lambda: [(np.full((rows, 3), scale, np.float32),) for scale in scales]
+
+
+# ------------------------------------------------------------------ what the step writes
+
+COUNT = np.zeros((), np.int64)
+
+
+def test_a_write_into_an_array_from_outside_the_step_runs_eagerly():
+    """np.add(COUNT, ..., out=COUNT): the first call adds 0, so no guard sees the step change
+    it; the check of the first replay ran the step eagerly and replayed it, adding twice."""
+    def build():
+        COUNT[...] = 0
+
+        def loss_of(layer, x):
+            out = layer(x)
+            np.add(COUNT, (np.abs(out.data) > 1).sum(), out=COUNT)
+            return nn.Sum(out)
+        step, params = linear_gd(loss_of)
+        return step, lambda: params() + [COUNT.copy()]
+
+    step = same_as_eager(build, batches(0.01, 3, 6, 9))
+    assert step.replays == 0 and len(step.schedules) == 1
+
+
+def _flat_write(x):
+    x.flat[0] = 100.0
+
+
+def _nditer_clamp(x):
+    for value in np.nditer(x[0], op_flags=["readwrite"]):
+        value[...] = min(value, 5.0)
+
+
+@pytest.mark.parametrize("write", [_flat_write, _nditer_clamp])
+def test_a_write_into_an_input_that_no_instruction_sees_runs_eagerly(write):
+    """Through .flat or np.nditer (which clamps nothing until the third call): the caller's
+    array and the losses as eager's."""
+    inputs = []
+
+    def build():
+        def loss_of(layer, x, w):
+            write(x)
+            return nn.Sum(layer(x) * nn.constant(w))
+        step, params = linear_gd(loss_of, outputs=1)
+        return step, lambda: params() + inputs[-1:]
+
+    def calls():
+        inputs[:] = [np.arange(12, dtype=np.float32).reshape(4, 3) * (i + 1) for i in range(5)]
+        return [(x, np.arange(1, 5, dtype=np.float32).reshape(4, 1)) for x in inputs]
+
+    assert same_as_eager(build, calls).replays == 0
+
+
+def test_a_write_into_a_node_inputs_data_reaches_the_callers_array_when_recording():
+    x = nn.NetVar(np.ones(3))
+
+    def build():
+        x.data = np.ones(3)
+
+        def loss_of(layer, node):
+            node.data[...] *= 2
+            return nn.Sum(node * 1.0)
+        step, params = linear_gd(loss_of)
+        return step, lambda: [x.data.copy()]
+
+    same_as_eager(build, lambda: [(x,)])
+
+
+def test_a_write_into_a_read_only_input_raises_as_eagerly_before_any_update():
+    def build():
+        def loss_of(layer, x):
+            x *= 2
+            return nn.Sum(layer(x))
+        return linear_gd(loss_of)
+
+    def calls():
+        made = [np.ones((2, 3)) for _ in range(3)]
+        for x in made:
+            x.setflags(write=False)
+        return [(x,) for x in made]
+
+    same_as_eager(build, calls)
+
+
+# ------------------------------------------------------------------ what the step reads
+
+def test_an_error_the_step_catches_runs_eagerly_whichever_call_raises():
+    """1 / x raises under errstate(divide="raise") when x holds a zero: recorded on the call
+    that raised (the except path) or on one that did not (a replay meets the error)."""
+    def loss_of(layer, x):
+        try:
+            with np.errstate(divide="raise"):
+                scale = 1.0 / x
+        except FloatingPointError:
+            scale = x * 0 + 1.0
+        return nn.Sum(layer(nn.constant(scale) * x))
+
+    for zeros in ({2}, {0, 1}):
+        def calls():
+            made = [np.full((2, 3), 1.0 + i, np.float32) for i in range(5)]
+            for i in zeros:
+                made[i][0, 0] = 0
+            return [(x,) for x in made]
+        same_as_eager(lambda: linear_gd(loss_of), calls)
+
+
+def test_a_value_formatted_into_a_string_is_read_as_the_step_reads_it():
+    def loss_of(layer, x):
+        tag = f"{x.max():.0f}"
+        return nn.Sum(layer(x)) * (2.0 if tag == "1" else 1.0)
+
+    same_as_eager(lambda: linear_gd(loss_of), batches(1.0, 1.1, 5.0, 6.0, 1.0))
+
+
+def test_a_numpy_scalar_the_step_returns_is_handed_out_as_one():
+    def build():
+        step, params = linear_gd(lambda layer, x: nn.Sum(layer(x)))
+
+        def returning(x):
+            step(x)
+            return x.sum()
+        return returning, params
+
+    step = same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0))
+    assert step.replays == 3
+
+
+def test_a_namedtuple_or_ordered_dict_returned_comes_back_as_eager_gives_it():
+    Out = collections.namedtuple("Out", "loss doubled")
+    for wrap in (lambda loss: Out(loss, loss * 2.0),
+                 lambda loss: collections.OrderedDict(loss=loss),
+                 lambda loss: collections.defaultdict(list, loss=loss)):
+        def build():
+            step, params = linear_gd(lambda layer, x: nn.Sum(layer(x)))
+            return (lambda x: wrap(step(x))), params
+        assert same_as_eager(build, batches(1.0, 2.0, 3.0)).replays == 2
+
+
+# ------------------------------------------------------------------ around the step
+
+def test_an_optimizer_step_kept_before_the_capture_is_not_replayed_with_a_fixed_rate():
+    """opt.step wrapped on the optimizer before capture (a timer) and a StepLR between
+    calls: its update must not be recorded as arithmetic with the first call's rate."""
+    def build():
+        layer = nn.layers.Linear(3, 2)
+        opt = nn.GD(layer.vars, lr=0.1, momentum=0.0)
+        original = opt.step
+        opt.step = lambda: original()
+        schedule = nn.StepLR(opt, 2, gamma=0.1)
+
+        def step(x):
+            loss = nn.Sum(layer(x) ** 2)
+            loss.back()
+            opt.step()
+            return loss
+
+        def observed():
+            schedule.step()
+            return list(layer.vars)
+        return step, observed
+
+    assert same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)).replays == 0
+
+
+def test_draws_between_calls_from_the_generator_a_user_holds_follow_the_step():
+    """gen = nn.backend.rng() held by the user, drawn from between calls, with Dropout in the
+    step: the check of the first replay puts the generator back in place, so gen stays it."""
+    def build():
+        model = nn.layers.Sequential(nn.layers.Linear(3, 8), nn.layers.Dropout(0.5),
+                                     nn.layers.Linear(8, 2))
+        opt = nn.Adam(model.vars, lr=0.01)
+        gen = nn.backend.rng()
+
+        def step(x):
+            loss = nn.Sum(model(x) ** 2)
+            loss.back()
+            opt.step()
+            return loss
+        return step, lambda: list(model.vars) + [gen.standard_normal(2)]
+
+    assert same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0, 5.0)).replays == 4
+
+
+def test_the_optimizer_state_a_user_holds_stays_the_live_one():
+    held = []
+
+    def build():
+        held.clear()
+        model = nn.layers.Linear(3, 2)
+        opt = nn.Adam(model.vars, lr=0.01)
+
+        def step(x):
+            loss = nn.Sum(model(x) ** 2)
+            loss.back()
+            opt.step()
+            return loss
+
+        def observed():
+            if not held:
+                held.extend([opt.state[0], opt.state[0]["m"]])
+            return [held[0]["t"], held[1].copy(), opt.state[0]["m"]]
+        return step, observed
+
+    assert same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0, 5.0)).replays == 4
+
+
+def test_a_frozen_layer_with_read_only_data_replays():
+    """A layer kept out of the optimizer whose data is read-only (np.broadcast_to, a memory
+    map): the check of the first replay saves and puts back only what a step can write."""
+    def build():
+        frozen, layer = nn.layers.Linear(3, 3), nn.layers.Linear(3, 2)
+        frozen.W.data = np.broadcast_to(np.float32(0.5), (3, 3))
+        frozen.W.requires_grad = frozen.b.requires_grad = False
+        opt = nn.Adam(layer.vars, lr=0.01)
+
+        def step(x):
+            loss = nn.Sum(layer(frozen(x)) ** 2)
+            loss.back()
+            opt.step()
+            return loss
+        return step, lambda: list(layer.vars)
+
+    assert same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0)).replays == 3
