@@ -42,7 +42,7 @@ class Captured:
         self.fn, self.check, self.max_signatures = fn, bool(check), max_signatures
         self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
         self.keyed = {}             # signature -> the inputs whose values the step reads
-        self.warned_inputs = False
+        self.warned_inputs = self.warned_keywords = False
         self.records = self.replays = 0
         self.__wrapped__ = fn
         self._busy = threading.Lock()   # the buffers are one: one call at a time replays
@@ -51,7 +51,14 @@ class Captured:
         return (f"capture({getattr(self.fn, '__qualname__', self.fn)!r}: {len(self.schedules)} "
                 f"signatures, {self.records} recorded, {self.replays} replayed)")
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, **keywords):
+        if keywords:            # inputs by position only: the signature is theirs (warned once)
+            if not self.warned_keywords:
+                self.warned_keywords = True
+                warnings.warn(f"capture: {_name(self.fn)} runs eagerly when given keyword "
+                              f"arguments ({', '.join(keywords)}): pass its inputs by position",
+                              stacklevel=2)
+            return self.fn(*inputs, **keywords)
         if core.observers or recording.active is not None:
             return self.fn(*inputs)         # an observer sees every op: eager (docs/capture.md)
         if not self._busy.acquire(blocking=False):

@@ -26,6 +26,7 @@ import threading
 import numpy
 
 from .. import backend
+from ..core import NetVar
 from .instructions import _arrays, _check, _draw, _into, _restore, _root, _under
 
 _ndarray = numpy.ndarray
@@ -249,6 +250,8 @@ class Recording:
         if type(result) is _ndarray and any(result is arg for arg in args[1:]):
             self._write(function, args, kwargs, (result,))     # out= given by position
             return _retrace(self, result)
+        if isinstance(result, NetVar):      # x @ node: NumPy let the node's operator answer,
+            return result                   # whose op recorded its own array operations
         if result is None:                  # a write into an argument: a[i] = v, add.at, ...
             self._write(function, args, kwargs, _written(function, args))
             return None

@@ -290,3 +290,35 @@ def test_a_frozen_layer_with_read_only_data_replays():
         return step, lambda: list(layer.vars)
 
     assert same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0)).replays == 3
+
+
+def test_an_array_input_times_a_node_replays():
+    """x @ W with x a plain array: NumPy lets the node's operator answer; that answer is no
+    value read into Python (each batch was its own signature, recorded again)."""
+    def build():
+        W = nn.NetVar(np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32))
+        opt = nn.Adam([W], lr=0.01)
+
+        def step(x):
+            loss = nn.Sum((x @ W) ** 2)
+            loss.back()
+            opt.step()
+            return loss
+        return step, lambda: [W]
+
+    def calls():
+        rng = np.random.default_rng(1)
+        return [(rng.standard_normal((4, 3)).astype(np.float32),) for _ in range(5)]
+
+    assert same_as_eager(build, calls).replays == 4
+
+
+def test_keyword_arguments_run_eagerly_with_a_warning():
+    layer = nn.layers.Linear(3, 2)
+
+    def step(x, scale=1.0):
+        return nn.Sum(layer(x)) * scale
+    captured = nn.capture(step)
+    with pytest.warns(UserWarning, match="keyword arguments \\(scale\\): pass its inputs by position"):
+        loss = captured(np.ones((2, 3), np.float32), scale=2.0)
+    assert loss.data.dtype == np.float32 and captured.records == 0
