@@ -47,6 +47,11 @@ class Captured:
         self.__wrapped__ = fn
         self._busy = threading.Lock()   # the buffers are one: one call at a time replays
 
+    def __reduce__(self):
+        """A copy (``copy``, ``deepcopy``, pickle) captures the same step anew: the recordings
+        hold this capture's buffers, and are not copied."""
+        return Captured, (self.fn, self.check, self.max_signatures)
+
     def __repr__(self):
         return (f"capture({getattr(self.fn, '__qualname__', self.fn)!r}: {len(self.schedules)} "
                 f"signatures, {self.records} recorded, {self.replays} replayed)")

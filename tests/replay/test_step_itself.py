@@ -322,3 +322,19 @@ def test_keyword_arguments_run_eagerly_with_a_warning():
     with pytest.warns(UserWarning, match="keyword arguments \\(scale\\): pass its inputs by position"):
         loss = captured(np.ones((2, 3), np.float32), scale=2.0)
     assert loss.data.dtype == np.float32 and captured.records == 0
+
+
+def test_a_copy_of_a_captured_step_captures_the_step_anew():
+    import copy
+    import pickle
+    step, params = linear_gd(lambda layer, x: nn.Sum(layer(x)))
+    captured = nn.capture(step, max_signatures=3)
+    for _ in range(2):
+        captured(np.ones((2, 3), np.float32))
+    for copied in (copy.copy(captured), copy.deepcopy(captured)):
+        assert (copied.fn, copied.max_signatures, copied.records) == (step, 3, 0)
+        before = [p.data.copy() for p in params()]
+        copied(np.ones((2, 3), np.float32))
+        assert copied.records == 1 and any(
+            (p.data != b).any() for p, b in zip(params(), before))
+    assert pickle.loads(pickle.dumps(nn.capture(np.add))).fn is np.add
