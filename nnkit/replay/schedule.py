@@ -198,13 +198,19 @@ class Schedule:
     def save(self, inputs=()):
         """The state a step changes (and the gradients of the node ``inputs``), as copies."""
         state = {}
+        # the objects that held it (restore puts those very arrays and dicts back: a user may
+        # hold them, and what a step made or returned is left alone)
+        objects = state["objects"] = {}
         for leaf in self.leaves:        # (read-only data: no step changes it)
             if leaf._data.flags.writeable:
                 state[("data", id(leaf))] = leaf._data.copy()
         for holder, attribute, _ in self.entries:
-            state[("entry", id(holder), attribute)] = numpy.array(getattr(holder, attribute))
+            key = ("entry", id(holder), attribute)
+            objects[key] = getattr(holder, attribute)
+            state[key] = numpy.array(objects[key])
         for optimizer in self.world.optimizers:
             state[("optimizer", id(optimizer))] = copy.deepcopy(optimizer.state)
+            objects[("optimizer", id(optimizer))] = [(each, dict(each)) for each in optimizer.state]
             state[("modifiers", id(optimizer))] = [    # what they record (a clipped norm)
                 copy.copy(vars(modifier)) for modifier in _recording(optimizer)]
         for owner, name, _ in self.counters:
@@ -237,26 +243,22 @@ class Schedule:
         return str(key[0])
 
     def restore(self, state):
-        """Put back what ``save`` saved, in place where it can (the arrays and the optimizer's
-        state dicts a user may hold stay the live ones)."""
+        """Put back what ``save`` saved: the very arrays and dicts that held it, with the saved
+        values (a generator, a buffer or an optimizer's state a user holds stays the live one;
+        what the step made in between is left as it is)."""
+        objects = state["objects"]
         for leaf in self.leaves:
             if ("data", id(leaf)) in state:
                 leaf._data[...] = state[("data", id(leaf))]
         for holder, attribute, _ in self.entries:
-            saved, now = state[("entry", id(holder), attribute)], getattr(holder, attribute)
-            if attribute != "_g" and _fits(now, saved):     # (gradients: "holders" below)
-                numpy.copyto(now, saved)
-            else:
-                setattr(holder, attribute, saved.copy())
+            key = ("entry", id(holder), attribute)
+            setattr(holder, attribute, _put_back(objects[key], state[key]))
         for optimizer in self.world.optimizers:
             saved = state[("optimizer", id(optimizer))]
-            if len(saved) != len(optimizer.state):
-                optimizer.state[:] = copy.deepcopy(saved)
-            for now, was in zip(optimizer.state, saved):
-                for key in [key for key in now if key not in was]:
-                    del now[key]
-                for key, value in was.items():
-                    _put_back(now, key, value)
+            optimizer.state[:] = [held for held, _ in objects[("optimizer", id(optimizer))]]
+            for (held, items), was in zip(objects[("optimizer", id(optimizer))], saved):
+                held.clear()
+                held.update((key, _put_back(items[key], value)) for key, value in was.items())
             flat.recount(optimizer)
             for modifier, saved in zip(_recording(optimizer), state[("modifiers", id(optimizer))]):
                 vars(modifier).clear()
@@ -268,19 +270,13 @@ class Schedule:
             leaf._g, leaf._gshared = (None, shared) if g is None else (g.copy(), shared)
 
 
-def _put_back(state, key, value):
-    """``state[key]`` (a parameter's optimizer state) made ``value`` again: written into the
-    array it holds when that fits, else given a copy."""
-    if _fits(state.get(key), value):
-        numpy.copyto(state[key], value)
-    else:
-        state[key] = copy.deepcopy(value)
-
-
-def _fits(now, saved):
-    """Whether the array ``now`` can take ``saved``'s values in place."""
-    return type(now) is _ndarray and type(saved) is _ndarray and now.shape == saved.shape \
-        and now.dtype == saved.dtype and now.flags.writeable
+def _put_back(held, saved):
+    """What held ``saved``'s values (an array), with them again; else a copy of ``saved``."""
+    if type(held) is _ndarray and type(saved) is _ndarray and held.shape == saved.shape and \
+            held.dtype == saved.dtype and held.flags.writeable:
+        numpy.copyto(held, saved)
+        return held
+    return copy.deepcopy(saved)
 
 
 def _recording(optimizer):

@@ -338,3 +338,25 @@ def test_a_copy_of_a_captured_step_captures_the_step_anew():
         assert copied.records == 1 and any(
             (p.data != b).any() for p, b in zip(params(), before))
     assert pickle.loads(pickle.dumps(nn.capture(np.add))).fn is np.add
+
+
+def test_a_buffer_the_step_names_and_returns_replays_as_eager():
+    """bn.stats.running_mean named in the step (returned for monitoring): the step's own
+    state, handed in at each replay, so no guard of its contents; the check of the first replay
+    leaves the array eager returned as eager made it."""
+    def build():
+        model = nn.layers.Sequential(nn.layers.Linear(3, 4), nn.layers.BatchNorm(4),
+                                     nn.layers.Linear(4, 1))
+        bn, opt = model.layers[1], nn.GD(model.vars, lr=0.1)
+
+        def step(x):
+            loss = nn.Sum(model(x) ** 2)
+            loss.back()
+            opt.step()
+            return loss, bn.stats.running_mean
+        return step, lambda: list(model.vars) + [bn.stats.running_var]
+
+    def calls():
+        return [(np.random.default_rng(i).standard_normal((5, 3)),) for i in range(4)]
+
+    assert same_as_eager(build, calls).replays == 3
