@@ -115,8 +115,11 @@ def record(fn, inputs):
             rec.refuse(f"the step uses a parameter capture did not find before it ran "
                        f"({leaf._describe()}): keep parameters in a Module, an optimizer, "
                        "or a name the step reads")
+    # (an optimizer found as the step ran: its parameters' gradients at entry are checked too)
+    stepped = [p for optimizer in world.optimizers for group in optimizer.param_groups
+               for p in group["params"]]
     schedule.leaves = [leaf for leaf in {id(leaf): leaf for leaf in world.leaves +
-                                         met.leaves}.values()   # (each once)
+                                         met.leaves + stepped}.values()   # (each once)
                        if leaf.index < start and all(leaf is not value for value in inputs)]
     schedule.input_grads = [(k, plain(value._g)) for k, value in enumerate(inputs)
                             if isinstance(value, NetVar) and type(value._g) is Traced]
@@ -243,6 +246,11 @@ def _run(rec, met, fn, inputs, world):
             return live_step(optimizer)
         met.optimizers.append(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"]]
+        for p in params:        # a gradient from before the call that no entry hands in
+            if type(p._g) is _ndarray and all(p is not leaf for leaf in world.leaves):
+                rec.refuse(f"{type(optimizer).__name__}.step() updates {p._describe()} from "
+                           "a gradient it had before the call, and capture found the optimizer "
+                           "only as the step ran: name it (or its model) in the step")
         grads = [(p, None if p._g is None else plain(p._g), p._gshared) for p in params]
         rec.add(_live_step, (live_step, optimizer, grads), {}, (), frozenset(("state",)))
         rec.touched = rec.touched or f"{type(optimizer).__name__}.step()"

@@ -107,11 +107,16 @@ class Schedule:
         for owner, name, delta in self.counters:
             if ran.get(("counter", id(owner)), -1) < done:
                 setattr(owner, name, getattr(owner, name) + delta)
+        for function, args in self.program[done:]:     # an optimizer that did not step
+            if function is _live_step:                  # keeps its gradients, as eagerly
+                for p, g, _ in args[2]:
+                    if g is not None and self.last_write.get(id(_root(g)), -1) < done:
+                        p._g, p._gshared = g.copy(), True
 
     def _note_writers(self, writes):
         """For each array a replay hands out, the last instruction that writes it (``writes``:
         the buffers each instruction writes); a counter goes with its owner's buffers."""
-        last = {}
+        last = self.last_write = {}
         for index, keys in enumerate(writes):
             for key in keys:
                 last[key] = index

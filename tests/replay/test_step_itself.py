@@ -360,3 +360,61 @@ def test_a_buffer_the_step_names_and_returns_replays_as_eager():
         return [(np.random.default_rng(i).standard_normal((5, 3)),) for i in range(4)]
 
     assert same_as_eager(build, calls).replays == 3
+
+
+def test_an_optimizer_that_did_not_step_before_an_error_keeps_its_gradients():
+    """Two optimizers; the first refuses a learning rate set between calls (at a replay):
+    eager leaves every gradient in place, and so does the replay, for the next calls."""
+    def build():
+        first, second = nn.layers.Linear(3, 4), nn.layers.Linear(4, 2)
+        opt1, opt2 = nn.GD(first.vars, lr=0.1), nn.GD(second.vars, lr=0.1)
+        calls = []
+
+        def step(x):
+            loss = nn.Sum(second(nn.Tanh(first(x))) ** 2)
+            loss.back()
+            opt2.step()
+            opt1.step()
+            return loss
+
+        def observed():
+            calls.append(None)
+            opt2.lr = -1.0 if len(calls) == 3 else 0.1      # refused at the fourth call
+            return [(p.data, None if p._g is None else p.g) for p in first.vars + second.vars]
+        return step, observed
+
+    same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0, 5.0, 6.0))
+
+
+class Holder:
+    pass
+
+
+def test_a_gradient_left_on_a_parameter_of_an_optimizer_found_as_the_step_ran_is_used():
+    """The step finds its optimizer by a name in a string; the optimizer also updates a layer
+    the step does not use, whose gradient the user sets between calls (or before the first)."""
+    for before_first in (False, True):
+        def build():
+            layer, unused = nn.layers.Linear(3, 2), nn.layers.Linear(2, 2)
+            trainer = Holder()
+            trainer.optimizer = nn.GD(layer.vars + unused.vars, lr=0.1)
+            calls = []
+
+            def step(x):
+                loss = nn.Sum(layer(x) ** 2)
+                loss.back()
+                getattr(trainer, "optim" + "izer").step()
+                return loss
+
+            def observed():
+                calls.append(None)
+                if len(calls) == 3:
+                    unused.W.g = np.ones((2, 2))
+                return [unused.W.data, layer.W.data]
+            if before_first:
+                unused.W.g = np.ones((2, 2))
+            return step, observed
+        step = same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0, 5.0))
+        refusals = [why for why in step.schedules.values() if isinstance(why, str)]
+        assert any("from a gradient it had before the call, and capture found the optimizer "
+                   "only as the step ran" in why for why in refusals), refusals
