@@ -164,6 +164,7 @@ class Captured:
                           stacklevel=4)
             return eager
         schedule.verified = True
+        schedule.records_in_a_row = 0
         self.replays += 1
         return replayed
 

@@ -43,8 +43,11 @@ class Meeting:
         self.leaves, self.optimizers = [], []
         self.classes = set()        # the op classes of the nodes the step made
         self._ids = set()
+        self.thread = threading.get_ident()
 
     def forward(self, node, parents):
+        if threading.get_ident() != self.thread:    # another thread's eager step: not ours
+            return
         self.classes.add(type(node))
         for parent in parents:
             if not parent._parents and not isinstance(parent, core.NetOp) \

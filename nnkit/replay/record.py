@@ -255,6 +255,8 @@ class Recording:
         if result is None:                  # a write into an argument: a[i] = v, add.at, ...
             self._write(function, args, kwargs, _written(function, args))
             return None
+        if function in _SHAPES:             # the signature fixes every buffer's shape
+            return result
         results = result if type(result) in (tuple, list) else (result,)      # split: a list
         if not all(isinstance(item, (_ndarray, numpy.generic)) for item in results):
             self.guard(function, args, result)      # a Python value (shape tuples are fine)
@@ -363,6 +365,7 @@ def _takes_out(function, args, kwargs, result):
 
 # ----------------------------------------------------------------------------- NumPy's makers
 
+_SHAPES = (numpy.shape, numpy.ndim, numpy.size)
 _MAKERS = ("zeros", "ones", "empty", "full", "arange", "eye", "identity", "linspace", "tri")
 _CONVERTERS = ("asarray", "ascontiguousarray", "asfortranarray", "array", "asanyarray")
 
@@ -403,8 +406,14 @@ class _Draws:
     def __getattr__(self, name):
         def draw(*args, **kwargs):
             value = getattr(self.original(self.xp), name)(*args, **kwargs)
-            if not _ours() or not isinstance(value, _ndarray):
+            if not _ours():
                 return value
+            if not isinstance(value, _ndarray):
+                active.refuse(f"the step draws a single number from nnkit's generator "
+                              f"({name}, {_site()}), a Python number no replay draws again: "
+                              "give size=1 for an array")
+                return value
+            value = plain(value)        # (NumPy made it with the recorded np.empty: Traced)
             active.add(_draw, (self.original, self.xp, name, args, kwargs, value), {}, (value,),
                        frozenset(("draw",)))
             return active.traced_view(value)

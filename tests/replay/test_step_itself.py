@@ -418,3 +418,114 @@ def test_a_gradient_left_on_a_parameter_of_an_optimizer_found_as_the_step_ran_is
         refusals = [why for why in step.schedules.values() if isinstance(why, str)]
         assert any("from a gradient it had before the call, and capture found the optimizer "
                    "only as the step ran" in why for why in refusals), refusals
+
+
+def test_two_updates_in_one_step_through_a_batchnorm_replay():
+    """A shape read (the running statistics' shape BatchNorm checks) after the first update
+    is no value read into Python: the signature fixes it."""
+    def build():
+        model = nn.layers.Sequential(nn.layers.Linear(3, 4), nn.layers.BatchNorm(4),
+                                     nn.layers.Linear(4, 1))
+        opt = nn.Adam(model.vars, lr=0.01)
+
+        def step(x):
+            for _ in range(2):
+                loss = nn.Sum(model(x) ** 2)
+                loss.back()
+                opt.step()
+            return loss
+        return step, lambda: list(model.vars) + [model.layers[1].stats.running_mean]
+
+    assert same_as_eager(build, batches(1.0, 2.0, 3.0, 4.0, rows=5)).replays == 3
+
+
+def test_another_threads_eager_step_while_one_records_is_not_the_steps():
+    import threading
+    nn.seed(0)
+    mine, theirs = nn.layers.Linear(3, 2), nn.layers.Linear(3, 2)
+    opt = nn.GD(mine.vars, lr=0.1)
+    inside, done = threading.Event(), threading.Event()
+
+    def step(x):
+        loss = nn.Sum(mine(x) ** 2)
+        if not inside.is_set():
+            inside.set()
+            done.wait(10)           # the other thread trains while this one records
+        loss.back()
+        opt.step()
+        return loss
+
+    def other():
+        inside.wait(10)
+        nn.Sum(theirs(np.ones((2, 3), np.float32))).back()
+        done.set()
+
+    captured = nn.capture(step)
+    thread = threading.Thread(target=other)
+    thread.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            captured(np.ones((2, 3), np.float32))
+    thread.join()
+    assert captured.replays == 2
+
+
+def test_recording_again_every_other_call_does_not_warn():
+    """A branch on a computed value taking turns: a recording, its (checked) replay, another
+    recording...: never four recordings in a row."""
+    nn.seed(0)
+    layer = nn.layers.Linear(3, 2)
+    opt = nn.GD(layer.vars, lr=0.1)
+
+    def step(x):
+        out = layer(x)
+        if x[0, 0] > 0:
+            out = out * 2.0
+        loss = nn.Sum(out ** 2)
+        loss.back()
+        opt.step()
+        return loss
+
+    captured = nn.capture(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for sign in (1, 1, -1, -1, 1, 1, -1, -1, 1, 1):
+            captured(np.full((2, 3), sign, np.float32))
+    assert captured.records == 5
+
+
+@pytest.mark.parametrize("take", ["index", "item", "astype"])
+def test_what_is_taken_from_a_draw_of_nnkits_generator_follows_each_draw(take):
+    """A random flip decided from nn.backend.rng() inside the step (draw[0], draw.item()), or
+    noise cast with .astype: each replay's own draw, not the recording's (seed 0 drew the
+    recording's flip again at the checked replay, then kept it)."""
+    def build():
+        layer = nn.layers.Linear(3, 2, seed=1)
+        opt = nn.GD(layer.vars, lr=0.1)
+
+        def step(x):
+            draw = nn.backend.rng().integers(0, 2, 1)
+            if take == "astype":
+                x = x + nn.backend.rng().standard_normal(x.shape).astype(np.float32)
+            elif (draw[0] if take == "index" else draw.item()):
+                x = x[:, ::-1]
+            loss = nn.Sum(layer(x) ** 2)
+            loss.back()
+            opt.step()
+            return loss
+        return step, lambda: list(layer.vars)
+
+    def calls():
+        rng = np.random.default_rng(0)
+        return [(rng.standard_normal((4, 3)).astype(np.float32),) for _ in range(12)]
+
+    step = same_as_eager(build, calls)
+    assert step.replays >= (11 if take == "astype" else 1)
+
+
+def test_a_single_number_drawn_from_nnkits_generator_runs_eagerly_saying_so():
+    step, params = linear_gd(lambda layer, x: nn.Sum(layer(x)) * nn.backend.rng().uniform(1, 2))
+    captured = nn.capture(step)
+    with pytest.warns(UserWarning, match="draws a single number from nnkit's generator"):
+        captured(np.ones((2, 3), np.float32))
