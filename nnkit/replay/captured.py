@@ -178,20 +178,27 @@ def _contents(inputs, keyed):
 def signature(inputs):
     parts = [modes.grad, modes.train, threads_without_grad[0] > 0, get_dtype()]
     for k, value in enumerate(inputs):
+        # an array's layout, its strides and alignment, is part of it: the bits of a sum follow
+        # the layout (an F-ordered or an unaligned batch is another signature)
         if isinstance(value, NetVar):
             first = next(j for j, other in enumerate(inputs) if other is value)  # given twice
-            parts.append(("node", value._data.shape, value._data.dtype, value.requires_grad,
-                          value._g is None, first))      # a gradient at entry is added to
+            data = value._data
+            parts.append(("node", data.shape, data.dtype, data.strides, _aligned(data),
+                          value.requires_grad, value._g is None, first))  # (a gradient at
+            # entry is added to)
         elif type(value) is numpy.ndarray or (backend.is_array(value) and not isinstance(
                 value, numpy.ndarray)):     # (a GPU array: recording refuses it, by name)
-            parts.append(("array", type(value), value.shape, value.dtype,
-                          value.flags.c_contiguous, value.flags.f_contiguous))  # (the bits of
-            # a sum follow the layout: an F-ordered batch is another signature)
+            parts.append(("array", type(value), value.shape, value.dtype, value.strides,
+                          _aligned(value)))
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
             parts.append(("value", exact(value)))        # -0.0 is not 0.0
         else:
             return None
     return tuple(parts)
+
+
+def _aligned(array):
+    return getattr(array.flags, "aligned", True)
 
 
 def _values(result):

@@ -83,6 +83,13 @@ def record(fn, inputs):
             raise NotRecorded(f"input {k} is a node computed by an op, with a graph: back() "
                               "inside the step would go on into it, which a replay cannot "
                               "do; give x.detach() (or its data)")
+    for k, value in enumerate(inputs):
+        array = value._data if isinstance(value, NetVar) else value
+        if isinstance(array, _ndarray) and not _copied_as_laid_out(array):
+            raise NotRecorded(f"input {k} is laid out in memory as no copy of it is (negative "
+                              "strides, gaps between elements, a broadcast, an odd address), "
+                              "and the bits of a sum follow the layout: pass "
+                              "numpy.ascontiguousarray(x)")
     for k in world.inputs_held:
         raise NotRecorded(f"input {k} is a parameter of the step's model or optimizer: a "
                           "replay's copy of it would not see the optimizer's update")
@@ -347,6 +354,18 @@ def _take_out(schedule, rec, inputs):
         leaf._g, leaf._gshared = buffer.copy(), True
     for position, buffer in schedule.input_grads:
         inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
+
+
+def _copied_as_laid_out(array):
+    """Whether the buffer a replay copies ``array`` into (``_hand_in``) is laid out as it is:
+    aligned, with its strides (a sum's last bits follow them: negative strides, gaps between
+    elements and a broadcast all changed them)."""
+    copy = numpy.array(array, copy=True, subok=False)
+    return array.flags.aligned and _strides(copy) == _strides(array)
+
+
+def _strides(array):
+    return tuple(stride for n, stride in zip(array.shape, array.strides) if n > 1)
 
 
 def _state_arrays(world):

@@ -181,13 +181,17 @@ class Schedule:
         laid out as its buffer (C order; its shape and dtype are the signature's), as eager
         reads it; else a copy of it in the buffer."""
         moved = set()
+        grads = [leaf._g for leaf in self.leaves if leaf._g is not None]     # (eager adds in)
+        grads = {id(_root(g)) for g in grads} if grads else ()
         for k, value in enumerate(inputs):
             buffer = self.inputs[k]
             if buffer is None:
                 continue
             array = value._data if isinstance(value, NetVar) else value
-            if id(array if array.base is None else _root(array)) in self.state_roots:
-                raise GuardFailed(f"input {k} shares memory with a parameter or buffer")
+            root = id(array if array.base is None else _root(array))
+            if root in self.state_roots or root in grads:
+                raise GuardFailed(f"input {k} shares memory with a parameter, its gradient or "
+                                  "a buffer")
             if k in self.direct and type(array) is _ndarray and array.flags.c_contiguous:
                 reading = array
             else:

@@ -529,3 +529,92 @@ def test_a_single_number_drawn_from_nnkits_generator_runs_eagerly_saying_so():
     captured = nn.capture(step)
     with pytest.warns(UserWarning, match="draws a single number from nnkit's generator"):
         captured(np.ones((2, 3), np.float32))
+
+
+# ------------------------------------------------------------------ how the inputs lie in memory
+
+BASE = np.random.default_rng(0).standard_normal((16, 16, 16)).astype(np.float32)
+
+
+def _permuted(perm):
+    """BASE's values laid out in memory in the order ``perm`` (a sum follows the layout)."""
+    return np.ascontiguousarray(BASE.transpose(perm)).transpose(np.argsort(perm))
+
+
+def _unaligned(array):
+    raw = np.empty(array.nbytes + 1, np.uint8)
+    moved = raw[1:].view(array.dtype).reshape(array.shape)
+    moved[...] = array
+    return moved
+
+
+LAYOUTS = {     # five calls' inputs: one layout, then another of the same shape and order flags
+    "a node's F order": lambda i: nn.constant(np.asfortranarray(BASE[0] * (i + 1))
+                                              if i >= 2 else BASE[0] * (i + 1)),
+    "two layouts neither C nor F": lambda i: _permuted((1, 0, 2) if i < 2 else (0, 2, 1)) * 1,
+    "negative strides": lambda i: (BASE * (i + 1))[:, :, ::-1],
+    "gaps between elements": lambda i: (np.repeat(BASE, 2, axis=2) * (i + 1))[:, :, ::2],
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_an_input_laid_out_otherwise_is_another_signature_or_runs_eagerly(layout):
+    def build():
+        norm = nn.layers.LayerNorm(16)
+        opt = nn.GD(norm.vars, lr=0.1)
+
+        def step(x):
+            loss = nn.Sum(norm(x if isinstance(x, nn.NetVar) else nn.constant(x)))
+            loss.back()
+            opt.step()
+            return loss
+        return step, lambda: list(norm.vars)
+
+    same_as_eager(build, lambda: [(LAYOUTS[layout](i),) for i in range(5)])
+
+
+def test_a_gradient_given_as_an_input_is_read_as_eager_reads_it():
+    """W.g passed in (after an earlier call's back()): eager's back() adds into that very array,
+    which the step reads afterwards."""
+    held = []
+
+    def build():
+        layer = nn.layers.Linear(3, 2)
+        held[:] = [layer]
+
+        def step(x, g):
+            loss = nn.Sum(layer(x) ** 2)
+            loss.back()
+            return loss + nn.Sum(nn.constant(g))
+        return step, lambda: [layer.W.g]
+
+    def calls():                # (made call by call: held[0] is this run's layer)
+        x = np.ones((2, 3), np.float32)
+        for i in range(6):
+            yield x, np.zeros((3, 2), np.float32) if i < 3 else held[0].W.g
+    same_as_eager(build, calls)
+
+
+@pytest.mark.parametrize("node", [False, True])
+def test_an_unaligned_input_is_another_signature(node):
+    """A float32 view at an odd address: over 8,192 elements NumPy's sum of it differs in the
+    last bits from an aligned copy's."""
+    rows = [np.random.default_rng(i).standard_normal((40, 333)).astype(np.float32)
+            for i in range(6)]
+
+    def build():
+        p = nn.NetVar(np.ones(3, np.float32))
+        opt = nn.GD([p], lr=0.1)
+
+        def step(x):
+            loss = nn.Mean(x if node else nn.constant(x)) * nn.Sum(p * p)
+            loss.back()
+            opt.step()
+            return loss
+        return step, lambda: [p]
+
+    def calls():
+        for i, x in enumerate(rows):
+            x = _unaligned(x) if i >= 2 else x.copy()
+            yield (nn.constant(x) if node else x),
+    same_as_eager(build, calls)
