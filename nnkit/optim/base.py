@@ -199,13 +199,15 @@ class Optimizer:
         self.state.extend({} for _ in params)
         self.param_groups.append({"params": params, **overrides})
 
-    def _check_group(self, overrides, index, where, ranges=True):
-        unknown = sorted(set(overrides) - set(self.options))
+    def _check_group(self, overrides, index, where):
+        self._check_known(overrides, index, where)
+        self._check_options(overrides, where, f" in parameter group {index}")
+
+    def _check_known(self, keys, index, where):
+        unknown = sorted(set(keys) - set(self.options))
         if unknown:
             raise ValueError(f"{where}: unknown option(s) {unknown} in parameter group "
                              f"{index}; options are {list(self.options)}")
-        if ranges:
-            self._check_options(overrides, where, f" in parameter group {index}")
 
     def _check_all_options(self, where):
         """Check every option, the optimizer's and each group's (``step()`` runs this: it
@@ -218,7 +220,7 @@ class Optimizer:
         for index, group in enumerate(self.param_groups):
             if len(group) > 1:
                 overrides = [key for key in group if key != "params"]
-                self._check_group(dict.fromkeys(overrides), index, where, ranges=False)
+                self._check_known(overrides, index, where)
                 holders.append((group, overrides, f" in parameter group {index}"))
         numpy_floats = []
         for holder, keys, group in holders:

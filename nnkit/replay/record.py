@@ -265,11 +265,11 @@ class Recording:
             return self.traced_view(result)
         made = []
         fresh = []
-        scalars = []            # NumPy scalars eagerly: 0-d buffers here (handed out as scalars)
+        scalars = set()         # NumPy scalars eagerly: 0-d buffers here (handed out as scalars)
         for item in results:
             if isinstance(item, numpy.generic):
                 item = numpy.array(item)
-                scalars.append(item)
+                scalars.add(id(item))
             elif type(item) is not _ndarray:
                 item = _ndarray.view(item, _ndarray)
             if not _is_view_of(item, args, kwargs):
@@ -278,8 +278,7 @@ class Recording:
         if fresh:
             self._write_fresh(function, args, kwargs, made, fresh)
         twins = [self.traced_view(item) for item in made]
-        self.scalars.update(id(twin) for twin, item in zip(twins, made)
-                            if any(item is scalar for scalar in scalars))
+        self.scalars.update(id(twin) for twin, item in zip(twins, made) if id(item) in scalars)
         return type(result)(twins) if type(result) in (tuple, list) else twins[0]
 
     def _write(self, function, args, kwargs, writes):

@@ -53,6 +53,18 @@ def gd_step(loss_of, captured, outputs=3):
     return layer, opt, nn.capture(step) if captured else step
 
 
+def alike(scenario, reset):
+    """``scenario(captured)`` -> (losses, step), run eagerly and captured (``reset()`` after,
+    whatever happens): the same losses, bit for bit. Returns the captured step."""
+    try:
+        eager, _ = scenario(False)
+        losses, step = scenario(True)
+    finally:
+        reset()
+    assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    return step
+
+
 def records_again_when_changed(scale, change):
     """The scenario (``same_as_eager``) gives eager's bits, recording once more: at the change
     ``change`` makes from call 3 on."""
@@ -884,12 +896,7 @@ def test_a_forward_replaced_on_the_class_records_again():
             Plainly.forward = original if i < 3 else _doubled_forward
             losses.append(np.array(step(x, y).data))
         return losses, step
-    try:
-        eager, _ = scenario(False)
-        losses, step = scenario(True)
-    finally:
-        Plainly.forward = original
-    assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    step = alike(scenario, lambda: setattr(Plainly, "forward", original))
     assert step.records == 2, step
 
 
@@ -906,12 +913,7 @@ def test_a_number_an_op_class_keeps_records_again_when_it_changes():
             SafeCE.eps = 1e-12 if i < 3 else 0.3
             losses.append(np.array(step(x, y).data))
         return losses, step
-    try:
-        eager, _ = scenario(False)
-        losses, step = scenario(True)
-    finally:
-        SafeCE.eps = 1e-12
-    assert all(np.array_equal(a, b) for a, b in zip(eager, losses))
+    step = alike(scenario, lambda: setattr(SafeCE, "eps", 1e-12))
     assert step.records == 2, step
 
 
