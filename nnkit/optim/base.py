@@ -402,10 +402,12 @@ class Optimizer:
     def _check_eps(self, pending, where):
         """An eps that rounds to 0 in a parameter's dtype (1e-8 in float16) makes the update of
         an element whose gradient is 0 be 0/0 = NaN: refused before any update."""
-        if "eps" not in self.options or all(
-                group.get("eps", self.eps) >= _ROUNDS_TO_0_IN_NONE
-                for group in self.param_groups):
+        if "eps" not in self.options:
             return
+        smallest = min(group.get("eps", self.eps) for group in self.param_groups)
+        if smallest >= _ROUNDS_TO_0_IN_NONE or smallest >= max(
+                _rounds_to_0_below(dtype) for dtype in {p._data.dtype for _, p, _ in pending}):
+            return          # (the default 1e-8 is 0 in float16 only: the dtypes at hand tell)
         for position, p, group in pending:
             eps = group.get("eps", self.eps)
             dtype = p._data.dtype
