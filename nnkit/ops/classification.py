@@ -145,7 +145,9 @@ def _index_shares(op, what, td, zd, valid, weight, ignore_index):
         idx = xp.where(keep, idx, 0)
     w = keep.astype(zd.dtype)
     if weight is not None:
-        w = w * weight[idx]
+        # (not weight[idx]: a plain array indexed with the labels hides the labels from a
+        # recording, while take_along_axis hands them to NumPy's dispatch: nn.capture)
+        w = w * xp.take_along_axis(weight, idx, axis=0)
     total = _total(w)
     return idx, _shares(w, total, xp), total
 

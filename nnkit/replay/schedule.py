@@ -316,8 +316,8 @@ def _handed_out(spec):
         handed = copy.copy(kind)
         handed.update((key, _handed_out(item)) for key, item in value.items())
         return handed
-    if kind == "node":
-        return constant(value.copy())
+    if kind == "node":                  # (of its own dtype: an ArgMax stays int64)
+        return constant(value.copy(), dtype=value.dtype)
     if kind == "array":
         return value.copy()
     if kind == "scalar":                # a NumPy scalar, as eager returns it

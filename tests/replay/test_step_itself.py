@@ -205,6 +205,25 @@ def test_a_namedtuple_or_ordered_dict_returned_comes_back_as_eager_gives_it():
         assert same_as_eager(build, batches(1.0, 2.0, 3.0)).replays == 2
 
 
+
+def test_integer_and_boolean_nodes_the_step_returns_keep_their_dtype():
+    # a returned node was handed out through constant(), which gives an int or bool array
+    # nnkit's float dtype: the recording call returned ArgMax as float32 (2**24 + 1 rounded)
+    def build():
+        step, params = linear_gd(lambda layer, x: nn.Sum(layer(x)))
+
+        def returning(x, ids):
+            loss = step(x)
+            return nn.ArgMax(loss * x, axis=1), nn.NetVar(ids, dtype=int) * 1, x > 1.5
+        return returning, params
+
+    def calls():
+        return [(np.full((2, 3), scale, np.float32), np.array([2 ** 24 + 1, 3]))
+                for scale in (1.0, 2.0, 3.0, 4.0)]
+    step = same_as_eager(build, calls)
+    assert step.replays >= 2, step
+
+
 # ------------------------------------------------------------------ around the step
 
 def test_an_optimizer_step_kept_before_the_capture_is_not_replayed_with_a_fixed_rate():
