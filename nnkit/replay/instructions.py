@@ -17,6 +17,10 @@ class GuardFailed(Exception):
     """A replay read a value into Python that differs from the recording's (or a shape)."""
 
 
+class ReplayStopped(RuntimeError):
+    """A guard failed after the replay changed what lasts: the call stops (see Schedule)."""
+
+
 def _root(array):
     while array.base is not None and isinstance(array.base, _ndarray):
         array = array.base

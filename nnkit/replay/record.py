@@ -297,6 +297,12 @@ class Recording:
         if len(made) == 1 and _takes_out(function, args, kwargs, made[0]):
             self.add(function, args, dict(kwargs, out=made[0]), made, sources)
         else:
+            if sources and self.touched is not None and _shape_may_follow(function, args):
+                # (x[mask]): a replay that meets another shape here could not take back what
+                # came before, so it is refused, as a value read there is
+                self.refuse(f"the step computes an array whose shape may follow the data "
+                            f"({_site()}) after {self.touched}; compute it before that, or "
+                            "from what the step returns, after the call")
             self.add(_into, (tuple(made), function, args, kwargs), {}, fresh, sources)
 
     def guard(self, function, args, value):
@@ -344,6 +350,16 @@ def _retrace(recording, result):
 
 _takes_out_cache = {}
 _SHAPED = ("compress", "extract", "nonzero", "flatnonzero", "argwhere", "unique")
+_SHAPE_OF_ARGUMENTS = ("astype", "copy", "reshape", "transpose")    # (the signature fixes it)
+
+
+def _shape_may_follow(function, args):
+    """Whether the shape of what ``function(*args)`` returns may follow the data: a function
+    other than indexing without a boolean mask and those of ``_SHAPE_OF_ARGUMENTS``."""
+    if function in (operator.getitem, _ndarray.__getitem__):
+        index = args[1] if type(args[1]) is tuple else (args[1],)
+        return any(isinstance(item, _ndarray) and item.dtype == bool for item in index)
+    return getattr(function, "__name__", "") not in _SHAPE_OF_ARGUMENTS
 
 
 def _takes_out(function, args, kwargs, result):
@@ -352,7 +368,7 @@ def _takes_out(function, args, kwargs, result):
             hasattr(function, "__self__") and isinstance(function.__self__, numpy.ufunc)):
         return True
     if function in (operator.getitem, _ndarray.__getitem__) or getattr(
-            function, "__name__", "") in ("astype", "copy", "reshape", "transpose") + _SHAPED:
+            function, "__name__", "") in _SHAPE_OF_ARGUMENTS + _SHAPED:
         return False            # (a shape that follows the data: _into checks it)
     try:
         again = numpy.empty_like(result)

@@ -11,7 +11,7 @@ import numpy
 from .. import backend
 from ..core import NetVar, constant
 from ..optim import flat
-from .instructions import GuardFailed, _arrays, _live_step, _root
+from .instructions import GuardFailed, ReplayStopped, _arrays, _live_step, _root
 from .program import read_from, readers, rehome
 from .guards import changed, failed_guard
 
@@ -70,7 +70,15 @@ class Schedule:
         try:
             for function, args in self.program:
                 function(*args)
-        except GuardFailed:
+        except GuardFailed as failure:
+            done = self._index_of(function, args)
+            if done >= self.lasting:
+                # (recording refuses what could stop a replay here): recording again would
+                # run the step a second time over what the replay changed, so it stops
+                self._hand_out(inputs, done)
+                raise ReplayStopped(f"capture: a replay stopped ({failure}) after the step had "
+                                   "changed what lasts (the optimizer's step), which it keeps as "
+                                   "eager made it; the rest of this call did not run") from failure
             if saved is not None:
                 backend.rewind_rng(saved)
             raise
@@ -143,20 +151,27 @@ class Schedule:
         runs anew): each gradient that the optimizer's step would copy into a flat array
         (small parameters updated together, ``optim/flat.py``) is computed straight into its
         place there, and the step finds it there (W2: 6 copies, 18 µs of a 530 µs step). A
-        gradient whose bytes another buffer shares in part, or that is handed out, stays
-        where it is; when the optimizer makes its runs anew, the step copies again."""
+        gradient whose bytes another buffer shares in part, that is handed out or that no
+        instruction writes, and those of an optimizer stepped twice, stay where they are; when
+        the optimizer makes its runs anew, the step copies again."""
         self.homed = True
         moved = {k for k, (buffer, reading) in enumerate(zip(self.inputs, self.reading))
                  if reading is not buffer}
         read_from(self.program, self.readers, self.inputs, moved)     # the buffers' views
         pinned = self._pinned()
         steps = [args for function, args in self.program if function is _live_step]
+        times = collections.Counter(id(optimizer) for _, optimizer, _ in steps)
         for _, optimizer, grads in steps:
+            if times[id(optimizer)] > 1:    # (the first step's gradients may live on past
+                continue                    # the second's, which would share their place)
             homes = flat.gradient_homes(optimizer)
             for p, g, _ in grads:
                 home = homes.get(id(p))
+                # (a gradient no instruction writes, fixed by the signature, stays a constant
+                # where it is: another signature or an eager step writes the flat array too)
                 if home is not None and g is not None and g.shape == home.shape and \
-                        g.dtype == home.dtype and g.flags.c_contiguous:
+                        g.dtype == home.dtype and g.flags.c_contiguous and \
+                        self.last_write.get(id(_root(g)), -1) >= 0:
                     self.program = rehome(self.program, pinned, g, home) or self.program
         self._find_readers()
 

@@ -637,3 +637,163 @@ def test_an_unaligned_input_is_another_signature(node):
             x = _unaligned(x) if i >= 2 else x.copy()
             yield (nn.constant(x) if node else x),
     same_as_eager(build, calls)
+
+
+# ------------------------------------------------------------------ the optimizer's flat gradients
+
+def _two_layers(loss_of, optimizer=nn.GD):
+    """Linear(4, 6), tanh, Linear(6, 2) trained by ``optimizer`` on ``loss_of(model, *inputs)``:
+    ``(step, observed)``, observed the parameters."""
+    model = nn.Module()
+    model.l1, model.l2 = nn.layers.Linear(4, 6), nn.layers.Linear(6, 2)
+    opt = optimizer(model.vars, lr=0.1)
+
+    def step(*inputs):
+        loss = loss_of(model, *inputs)
+        loss.back()
+        opt.step()
+        return loss
+    return step, opt, model
+
+
+def _rows(*sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, 4)) for n in sizes]
+
+
+@pytest.mark.parametrize("optimizer", [nn.GD, nn.Adam])
+def test_a_gradient_the_signature_fixes_is_not_computed_into_the_optimizers_flat_array(
+        optimizer):
+    # the last bias's gradient under a Sum is the batch size: no replay computes it, yet from
+    # the second replay on the program pointed it into the optimizer's flat gradient array,
+    # which the other signature's replays and an eager step of the optimizer wrote: its
+    # update used their batch size, silently
+    def build():
+        step, opt, model = _two_layers(lambda model, x: nn.Sum(model.l2(nn.Tanh(model.l1(x)))),
+                                       optimizer)
+        return step, lambda: list(model.vars)
+
+    sizes = (5, 5, 5, 8, 8, 8, 5, 5)
+    step = same_as_eager(build, lambda: [(x,) for x in _rows(*sizes)])
+    assert step.replays >= 4, step
+
+    def with_an_eager_step_between():
+        step, opt, model = _two_layers(
+            lambda model, x: nn.Sum(model.l2(nn.Tanh(model.l1(x)))), optimizer)
+        eager_step = step
+
+        def mixed(x):           # a batch of 8 runs the uncaptured step, of the same optimizer
+            return eager_step(x) if len(x) == 8 else captured(x)
+        captured = nn.capture(step) if with_an_eager_step_between.capturing else step
+        with_an_eager_step_between.last = captured
+        return mixed, lambda: list(model.vars)
+    runs = []
+    for capturing in (False, True):
+        with_an_eager_step_between.capturing = capturing
+        nn.seed(0)
+        mixed, observed = with_an_eager_step_between()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for x in _rows(5, 5, 5, 8, 5, 5, seed=1):
+                mixed(x)
+        runs.append([p.data.copy() for p in observed()])
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+    assert with_an_eager_step_between.last.replays >= 3, with_an_eager_step_between.last
+
+
+def test_a_gradient_kept_across_two_steps_of_one_optimizer_is_not_overwritten():
+    # both steps' gradients were computed into the same place of the optimizer's flat array
+    # from the second replay on: the first, kept by the step, read as the second
+    def loss_of(model, x, x2):
+        nn.Sum(model.l2(nn.Tanh(model.l1(x))) ** 2).back()
+        first = model.l1.W.g
+        opts[-1].step()
+        loss = nn.Sum(model.l2(nn.Tanh(model.l1(x2))) ** 2)
+        loss.back()
+        model.l1.W.g += 0.5 * first
+        return loss
+    opts = []
+
+    def build():
+        step, opt, model = _two_layers(loss_of)
+        opts.append(opt)
+        return step, lambda: list(model.vars)
+
+    rows = _rows(*[5] * 12)
+    step = same_as_eager(build, lambda: list(zip(rows[::2], rows[1::2])))
+    assert step.replays >= 3, step
+
+
+def test_a_shape_that_follows_the_data_after_the_optimizers_step_runs_eagerly():
+    # a replay met the other shape after the optimizer had updated, and the call recorded
+    # again: the whole step ran a second time, updating the parameters twice, silently
+    def build():
+        step, opt, model = _two_layers(lambda model, x, y: nn.MSELoss(
+            model.l2(nn.Tanh(model.l1(x))), y))
+
+        def with_a_metric(x, y, positive):
+            loss = step(x, y)
+            return loss, x[positive].mean()         # rows of label 1, after opt.step()
+        return with_a_metric, lambda: list(model.vars)
+
+    def calls():
+        rng = np.random.default_rng(0)
+        return [(rng.standard_normal((6, 4)), rng.standard_normal((6, 2)),
+                 np.arange(6) < (2 if i < 4 else 3)) for i in range(6)]
+    same_as_eager(build, calls)
+
+
+def test_a_replay_stopped_after_the_optimizers_step_raises_instead_of_stepping_twice(
+        monkeypatch):
+    # the net under the refusal above: a replay that meets another shape after the update
+    # keeps the update and raises, where recording again stepped a second time
+    from nnkit.replay import record
+    monkeypatch.setattr(record, "_shape_may_follow", lambda function, args: False)
+    runs = []
+    for captured in (False, True):
+        nn.seed(0)
+        step, opt, model = _two_layers(lambda model, x: nn.Sum(model.l2(model.l1(x))))
+
+        def with_a_metric(x, positive):
+            loss = step(x)
+            return loss, x[positive].mean()
+        if captured:
+            with_a_metric = nn.capture(with_a_metric)
+        rng = np.random.default_rng(0)
+        for i in range(4):
+            x, positive = rng.standard_normal((6, 4)), np.arange(6) < (2 if i < 3 else 3)
+            if captured and i == 3:
+                with pytest.raises(RuntimeError, match=r"capture: a replay stopped \(__getitem__ "
+                                   r"returned shape \(3, 4\), not \(2, 4\)\) after the step had "
+                                   r"changed what lasts"):
+                    with_a_metric(x, positive)
+            else:
+                with_a_metric(x, positive)
+        runs.append([p.data.copy() for p in model.vars])
+    assert with_a_metric.replays == 2, with_a_metric
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+
+
+def test_a_call_check_true_refuses_leaves_the_state_it_found():
+    # the AssertionError left the parameters and the optimizer's state as the replay had made
+    # them: neither the state before the call nor eager's after it
+    def build():
+        nn.seed(0)
+        noise = np.random.default_rng(1)         # a generator of the step's own: unseen
+        step, opt, model = _two_layers(lambda model, x: nn.Sum(
+            model.l2(model.l1(x + noise.standard_normal(x.shape)))), nn.Adam)
+        return step, opt, model
+
+    first, second = _rows(5, 5)
+    step, opt, model = build()
+    step(first)
+    expected = [p.data.copy() for p in model.vars], [dict(s) for s in opt.state]
+    step, opt, model = build()
+    step = nn.capture(step, check=True)
+    step(first)
+    with pytest.raises(AssertionError, match="the replay differs from eager"):
+        step(second)
+    assert all(np.array_equal(a, p.data) for a, p in zip(expected[0], model.vars))
+    for was, now in zip(expected[1], opt.state):
+        assert was.keys() == now.keys() and all(
+            np.array_equal(was[key], now[key]) for key in was)
