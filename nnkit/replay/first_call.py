@@ -294,7 +294,7 @@ def _run(rec, met, fn, inputs, world):
                            "before it was captured (opt.step kept or wrapped on the optimizer): "
                            "its update would be replayed with this call's learning rate; wrap "
                            "it after capture, or call optimizer.step() inside the step")
-            world.meet(frame)
+            world.meet(frame, live=rec.paused)
         elif event == "return":
             world.met_return(frame, arg)
 

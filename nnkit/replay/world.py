@@ -28,6 +28,7 @@ import types
 
 import numpy
 
+from .. import backend
 from ..core import NetVar
 from ..module import Module, walk
 from ..optim.base import Optimizer
@@ -92,12 +93,14 @@ class World:
         self.guards = [guard for guard in self.guards
                        if not (guard[3] == "array" and id(guard[2][0]) in buffers)]
 
-    def meet(self, frame):
+    def meet(self, frame, live=False):
         """A Python frame the step runs while it records (a profile hook calls this at each
         call): at its code's first call, the globals it reads (unless read before the step
         ran); at every call, its arguments, read with its names as ``_read_function`` reads
         the step's own (a settings object handed to a helper, the object of a ``__call__``,
-        a class method's class, a partial's keywords)."""
+        a class method's class, a partial's keywords). In a ``live`` frame, one an optimizer's
+        step runs (a modifier's), which every replay runs again, a list or tuple of arrays
+        is that call's own (the gradients), not a value to guard."""
         code = frame.f_code
         names = self._met.get(code)
         first = names is None
@@ -105,13 +108,17 @@ class World:
             skipped = _skipped(frame.f_globals.get("__name__", ""), _SKIPPED_CODE)
             names = self._met[code] = () if skipped else _attribute_names(code)
         if names:
-            self._kept_as_found(self._read_frame, frame, names, first and code not in self._read)
+            self._kept_as_found(self._read_frame, frame, names, first and code not in self._read,
+                                live)
 
-    def _read_frame(self, frame, names, globals_too):
+    def _read_frame(self, frame, names, globals_too, live):
         where = _where(frame.f_code)
         if globals_too:
             self._read_code(frame.f_code, frame.f_globals, where, 1, names)
         for name, value in frame.f_locals.items():
+            if live and isinstance(value, (list, tuple)) and all(
+                    item is None or backend.is_array(item) for item in value):
+                continue
             self._visit(value, f"{where}: argument {name}", None, 2, names)
 
     def met_return(self, frame, value):
