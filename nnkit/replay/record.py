@@ -332,7 +332,8 @@ class Recording:
 
 
 def _is_view_of(result, args, kwargs):
-    return any(numpy.may_share_memory(result, array)
+    root = _root(result)        # (an empty array shares no memory, yet is a view)
+    return any(_root(array) is root or numpy.may_share_memory(result, array)
                for array in _arrays((args, kwargs)))
 
 

@@ -829,3 +829,13 @@ def test_a_modifier_of_a_users_own_replays_with_its_settings_read_live():
         runs.append([p.data.copy() for p in observed()])
     assert all(np.array_equal(a, b) for a, b in zip(*runs))
     assert (step.records, step.replays) == (2, 8), step     # (again when its setting changed)
+
+
+def test_an_empty_batch_replays_as_eager():
+    # NumPy's view of an empty input shares no memory with it, so the view read as a new array
+    # written into the input: the step ran eagerly, saying it wrote into its input
+    def build():
+        step, opt, model = _two_layers(lambda model, x: nn.Sum(model.l2(model.l1(x))), nn.Adam)
+        return step, lambda: list(model.vars)
+    step = same_as_eager(build, lambda: [(np.empty((0, 4)),)] * 4)
+    assert step.replays == 3, step
