@@ -193,8 +193,9 @@ def signature(inputs):
             # entry is added to)
         elif type(value) is numpy.ndarray or (backend.is_array(value) and not isinstance(
                 value, numpy.ndarray)):     # (a GPU array: recording refuses it, by name)
+            first = next(j for j, other in enumerate(inputs) if other is value)
             parts.append(("array", type(value), value.shape, value.dtype, value.strides,
-                          _aligned(value)))
+                          _aligned(value), first))      # (given twice: one buffer)
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):
             parts.append(("value", exact(value)))        # -0.0 is not 0.0
         else:

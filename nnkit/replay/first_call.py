@@ -97,14 +97,22 @@ def record(fn, inputs):
         if isinstance(value, NetVar) and any(value is other for other in inputs[:k]):
             raise NotRecorded(f"input {k} is a node given earlier too: each input is "
                               "copied into a buffer of its own")
-    state = _state_arrays(world)
-    for k, value in enumerate(inputs):
-        array = value._data if isinstance(value, NetVar) else value
+    state = _state_arrays(world, inputs)
+    arrays = [(k, value._data if isinstance(value, NetVar) else value)
+              for k, value in enumerate(inputs)]
+    arrays = [(k, array) for k, array in arrays if isinstance(array, _ndarray)]
+    for k, array in arrays:
         for what, other, _ in state:
-            if isinstance(array, _ndarray) and numpy.may_share_memory(array, other):
+            if numpy.may_share_memory(array, other):
                 raise NotRecorded(f"input {k} shares memory with {what}, which the step "
                                   "may change: a replay's copy of the input would not "
                                   "see it (pass a copy to capture it)")
+        for j, earlier in arrays:       # (the same array twice shares one buffer: _hand_in)
+            if j < k and array is not earlier and numpy.may_share_memory(array, earlier):
+                raise NotRecorded(f"input {k} shares memory with input {j}: each is copied "
+                                  "into a buffer of its own, where a write through one would "
+                                  "not show through the other: this call runs eagerly",
+                                  lasting=False)
     schedule, rec = Schedule(), Recording()
     schedule.world, schedule.swaps, schedule.entries = world, [], []
     start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
@@ -114,6 +122,7 @@ def record(fn, inputs):
     entry_grads = {id(leaf): _entry_grads([leaf])[0] for leaf in world.leaves}
     given = [value._data if isinstance(value, NetVar) else value for value in inputs]
     traced_inputs = _hand_in(schedule, rec, inputs)
+    handed = [None if buffer is None else buffer.copy() for buffer in schedule.inputs]
     met = Meeting()
     result, error = _run(rec, met, fn, traced_inputs, world)
     for optimizer in met.optimizers:        # kept where only the step's code finds it
@@ -136,10 +145,11 @@ def record(fn, inputs):
     schedule.counters = [(owner, name, getattr(owner, name) - value)
                          for owner, name, value in counters]
     _take_out(schedule, rec, inputs)
-    for k, (array, buffer) in enumerate(zip(given, schedule.inputs)):
+    for k, (array, buffer, was) in enumerate(zip(given, schedule.inputs, handed)):
         if buffer is not None:
             buffer.flags.writeable = True
-        if buffer is not None and buffer.tobytes() != array.tobytes():   # written: as eager
+        # (against what it was handed: the caller's array may have changed otherwise)
+        if buffer is not None and buffer.tobytes() != was.tobytes():    # written: as eager
             if id(buffer) not in rec.inputs_written:
                 rec.refuse(f"the step writes into input {k} where capture does not see it "
                            "(x.flat[i] = v, np.nditer): a replay hands it a copy")
@@ -202,10 +212,15 @@ def _hand_in(schedule, rec, inputs):
     parameters' data (themselves: the optimizer updates them in place), copies of their
     gradients and of the buffers (entries, copied in at each replay). Returns the inputs."""
     schedule.inputs, schedule.input_entries, traced = [], [], []
-    for value in inputs:
+    for k, value in enumerate(inputs):
         if not isinstance(value, (_ndarray, NetVar)):
             schedule.inputs.append(None)
             traced.append(value)
+            continue
+        first = next(j for j, other in enumerate(inputs) if other is value)
+        if first < k:           # an array given twice: one buffer, as eager reads one array
+            schedule.inputs.append(schedule.inputs[first])
+            traced.append(traced[first])
             continue
         buffer = numpy.array(value._data if isinstance(value, NetVar) else value, copy=True,
                              subok=False)
@@ -368,10 +383,10 @@ def _strides(array):
     return tuple(stride for n, stride in zip(array.shape, array.strides) if n > 1)
 
 
-def _state_arrays(world):
+def _state_arrays(world, inputs=()):
     """``(what, array, lasting)`` for the arrays a step may change in place: its parameters'
-    data and its buffers (``lasting``: they stay the holders' arrays) and its parameters'
-    gradients (each back() may make new ones)."""
+    data and its buffers (``lasting``: they stay the holders' arrays), its parameters' and
+    its node inputs' gradients (each back() may make new ones) and its optimizers' states."""
     state = [(f"the data of the parameter {leaf._describe()}", leaf._data, True)
              for leaf in world.leaves]
     state += [(f"{type(owner).__name__}.{name}", getattr(owner, name), True)
@@ -379,6 +394,12 @@ def _state_arrays(world):
               if isinstance(getattr(owner, name, None), _ndarray)]
     state += [(f"the gradient of {leaf._describe()}", leaf._g, False) for leaf in world.leaves
               if isinstance(leaf._g, _ndarray)]
+    state += [(f"the gradient of input {k}", value._g, False) for k, value in enumerate(inputs)
+              if isinstance(value, NetVar) and isinstance(value._g, _ndarray)]
+    state += [(f"the state '{key}' of parameter {position} of a {type(optimizer).__name__}",
+               value, False) for optimizer in world.optimizers
+              for position, entries in enumerate(optimizer.state)
+              for key, value in entries.items() if isinstance(value, _ndarray)]
     return state
 
 

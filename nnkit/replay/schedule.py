@@ -151,19 +151,25 @@ class Schedule:
         runs anew): each gradient that the optimizer's step would copy into a flat array
         (small parameters updated together, ``optim/flat.py``) is computed straight into its
         place there, and the step finds it there (W2: 6 copies, 18 µs of a 530 µs step). A
-        gradient whose bytes another buffer shares in part, that is handed out or that no
-        instruction writes, and those of an optimizer stepped twice, stay where they are; when
+        gradient whose bytes another buffer shares in part, that is handed out, read after the
+        step or written by no instruction, and those of an optimizer stepped twice, stay where
+        they are; when
         the optimizer makes its runs anew, the step copies again."""
         self.homed = True
         moved = {k for k, (buffer, reading) in enumerate(zip(self.inputs, self.reading))
                  if reading is not buffer}
         read_from(self.program, self.readers, self.inputs, moved)     # the buffers' views
         pinned = self._pinned()
-        steps = [args for function, args in self.program if function is _live_step]
-        times = collections.Counter(id(optimizer) for _, optimizer, _ in steps)
-        for _, optimizer, grads in steps:
+        steps = [(index, args) for index, (function, args) in enumerate(self.program)
+                 if function is _live_step]
+        times = collections.Counter(id(optimizer) for _, (_, optimizer, _) in steps)
+        for index, (_, optimizer, grads) in steps:
             if times[id(optimizer)] > 1:    # (the first step's gradients may live on past
                 continue                    # the second's, which would share their place)
+            # (read after the step, a gradient must be back()'s: the step copies a modifier's
+            # new gradient into the flat array)
+            after = {id(_root(array)) for function, args in self.program[index + 1:]
+                     for array in _arrays((args, getattr(function, "keywords", None)))}
             homes = flat.gradient_homes(optimizer)
             for p, g, _ in grads:
                 home = homes.get(id(p))
@@ -171,7 +177,8 @@ class Schedule:
                 # where it is: another signature or an eager step writes the flat array too)
                 if home is not None and g is not None and g.shape == home.shape and \
                         g.dtype == home.dtype and g.flags.c_contiguous and \
-                        self.last_write.get(id(_root(g)), -1) >= 0:
+                        self.last_write.get(id(_root(g)), -1) >= 0 and \
+                        id(_root(g)) not in after:
                     self.program = rehome(self.program, pinned, g, home) or self.program
         self._find_readers()
 
@@ -196,17 +203,23 @@ class Schedule:
         laid out as its buffer (C order; its shape and dtype are the signature's), as eager
         reads it; else a copy of it in the buffer."""
         moved = set()
-        grads = [leaf._g for leaf in self.leaves if leaf._g is not None]     # (eager adds in)
-        grads = {id(_root(g)) for g in grads} if grads else ()
+        # what the step changes besides its parameters' data and buffers: eager would read it
+        # through the input as it changes (gradients: eager adds into them)
+        changing = [leaf._g for leaf in self.leaves if leaf._g is not None] + [
+            value._g for value in inputs if isinstance(value, NetVar) and value._g is not None]
+        for optimizer in self.world.optimizers:
+            for state in optimizer.state:
+                changing += [value for value in state.values() if type(value) is _ndarray]
+        changing = {id(_root(array)) for array in changing}
         for k, value in enumerate(inputs):
             buffer = self.inputs[k]
             if buffer is None:
                 continue
             array = value._data if isinstance(value, NetVar) else value
             root = id(array if array.base is None else _root(array))
-            if root in self.state_roots or root in grads:
-                raise GuardFailed(f"input {k} shares memory with a parameter, its gradient or "
-                                  "a buffer")
+            if root in self.state_roots or root in changing:
+                raise GuardFailed(f"input {k} shares memory with a parameter, a gradient, a "
+                                  "buffer or an optimizer's state")
             if k in self.direct and type(array) is _ndarray and array.flags.c_contiguous:
                 reading = array
             else:

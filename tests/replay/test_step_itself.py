@@ -839,3 +839,30 @@ def test_an_empty_batch_replays_as_eager():
         return step, lambda: list(model.vars)
     step = same_as_eager(build, lambda: [(np.empty((0, 4)),)] * 4)
     assert step.replays == 3, step
+
+
+@pytest.mark.parametrize("modifier", [lambda: nn.ClipValue(0.001), lambda: nn.L2Decay(0.1)],
+                         ids=["ClipValue", "L2Decay"])
+def test_a_gradient_read_after_the_optimizers_step_is_the_one_back_made(modifier):
+    # computed into the optimizer's flat array, the gradient was overwritten there by the
+    # modifier's new one, which the step then read after the update: silently the clipped one
+    runs = []
+    for captured in (False, True):
+        nn.seed(0)
+        model = nn.Module()
+        model.l1, model.l2 = nn.layers.Linear(4, 6), nn.layers.Linear(6, 2)
+        opt = nn.Adam(model.vars, lr=0.1)
+        opt.add_modifier(modifier())
+
+        def step(x):
+            nn.Sum(model.l2(model.l1(x)) ** 2).back()
+            kept = model.l2.b.g
+            opt.step()
+            return kept * 1.0
+        call = nn.capture(step) if captured else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runs.append([np.array(call(x).data) for x in _rows(*[5] * 6)]
+                        + [p.data.copy() for p in model.vars])
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+    assert call.replays >= 4, call
