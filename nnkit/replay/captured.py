@@ -52,6 +52,29 @@ class Captured:
         hold this capture's buffers, and are not copied."""
         return Captured, (self.fn, self.check, self.max_signatures)
 
+    name = None             # the method's name in its class (__set_name__)
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        """``@nn.capture`` above a method: each object captures its own bound method, kept in
+        its ``__dict__`` under the method's name (as ``functools.cached_property`` keeps its
+        value), so that later lookups find it there."""
+        if obj is None:
+            return self
+        if self.name is None:       # assigned to the class after it was made
+            self.name = next(key for cls in type(obj).__mro__
+                             for key, value in vars(cls).items() if value is self)
+        bound = Captured(self.fn.__get__(obj, objtype), self.check, self.max_signatures)
+        try:
+            vars(obj)[self.name] = bound
+        except TypeError:           # (an object without __dict__: __slots__)
+            raise TypeError(f"capture: {type(obj).__name__}.{self.name} is captured as a "
+                            "method of an object without __dict__; capture the bound method "
+                            f"instead: self.{self.name} = nn.capture(self.{self.name})") from None
+        return bound
+
     def __repr__(self):
         return (f"capture({getattr(self.fn, '__qualname__', self.fn)!r}: {len(self.schedules)} "
                 f"signatures, {self.records} recorded, {self.replays} replayed)")

@@ -866,3 +866,51 @@ def test_a_gradient_read_after_the_optimizers_step_is_the_one_back_made(modifier
                         + [p.data.copy() for p in model.vars])
     assert all(np.array_equal(a, b) for a, b in zip(*runs))
     assert call.replays >= 4, call
+
+
+def test_a_method_captured_with_the_decorator_captures_each_objects_own_step():
+    # Captured was no descriptor: obj.step(x) called the function without its object
+    class Learner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.layers.Linear(4, 2)
+            self.opt = nn.Adam(self.layer.vars, lr=0.1)
+
+        def step(self, x):
+            loss = nn.Sum(self.layer(x) ** 2)
+            loss.back()
+            self.opt.step()
+            return loss
+
+    class Captured(Learner):
+        step = nn.capture(Learner.step)
+
+    class AssignedLater(Learner):
+        pass
+    AssignedLater.step = nn.capture(Learner.step)
+
+    runs = []
+    for kind in (Learner, Captured, AssignedLater):
+        nn.seed(0)
+        learners = [kind(), kind()]
+        losses = [learners[i % 2].step(x).data for i, x in enumerate(_rows(*[5] * 8))]
+        runs.append(losses + [p.data for learner in learners for p in learner.vars])
+        if kind is not Learner:
+            assert [learner.step.replays for learner in learners] == [3, 3]
+            assert learners[0].step is learners[0].step         # one capture per object
+    for run in runs[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(runs[0], run))
+
+
+def test_a_method_captured_on_an_object_without_dict_says_what_to_capture():
+    class Slotted:
+        __slots__ = ()
+
+        @nn.capture
+        def step(self, x):
+            return x
+
+    with pytest.raises(TypeError, match=r"capture: Slotted.step is captured as a method of an "
+                                        r"object without __dict__; capture the bound method "
+                                        r"instead: self.step = nn.capture\(self.step\)"):
+        Slotted().step(np.ones(2))
