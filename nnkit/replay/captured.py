@@ -1,5 +1,6 @@
 """``capture`` and ``Captured``: which recording a call replays, or whether it records, checks
 against eager or runs eagerly (the package's docstring tells the whole story)."""
+import inspect
 import threading
 import warnings
 
@@ -40,6 +41,10 @@ class Captured:
                 and max_signatures >= 1):
             raise ValueError(f"capture: max_signatures must be an int >= 1, got {max_signatures!r}")
         self.fn, self.check, self.max_signatures = fn, bool(check), max_signatures
+        # a generator or coroutine function runs its body later, on what it was given: the
+        # arrays it reads then are the caller's, never copies a recording would hand it
+        self.deferred = inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) \
+            or inspect.isasyncgenfunction(fn)
         self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
         self.keyed = {}             # signature -> the inputs whose values the step reads
         self.warned_inputs = self.warned_keywords = False
@@ -87,6 +92,13 @@ class Captured:
                               f"arguments ({', '.join(keywords)}): pass its inputs by position",
                               stacklevel=2)
             return self.fn(*inputs, **keywords)
+        if self.deferred:
+            if not self.warned_inputs:
+                self.warned_inputs = True
+                warnings.warn(f"capture: {_name(self.fn)} runs eagerly: it is a generator (or "
+                              "coroutine) function, whose body runs as it is iterated, after "
+                              "the call", stacklevel=2)
+            return self.fn(*inputs)
         if core.observers or recording.active is not None:
             return self.fn(*inputs)         # an observer sees every op: eager (docs/capture.md)
         if not self._busy.acquire(blocking=False):

@@ -914,3 +914,32 @@ def test_a_method_captured_on_an_object_without_dict_says_what_to_capture():
                                         r"object without __dict__; capture the bound method "
                                         r"instead: self.step = nn.capture\(self.step\)"):
         Slotted().step(np.ones(2))
+
+
+def test_a_generator_function_runs_eagerly_on_the_callers_arrays():
+    # its body runs as it is iterated: the generator of the recording call read the copy of
+    # the input the recording had made, not the caller's array refilled before iterating
+    runs = []
+    for captured in (False, True):
+        nn.seed(0)
+        layer = nn.layers.Linear(4, 2)
+        opt = nn.Adam(layer.vars, lr=0.1)
+
+        def steps(x):
+            for _ in range(2):
+                loss = nn.Sum(layer(x) ** 2)
+                loss.back()
+                opt.step()
+                yield loss.data.copy()
+        call = nn.capture(steps) if captured else steps
+        batch, seen = np.empty((5, 4)), []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for rows, refilled in zip(_rows(5, 5, 5), _rows(5, 5, 5, seed=1)):
+                batch[...] = rows
+                losses = call(batch)
+                batch[...] = refilled           # a loader refilling its buffer
+                seen += list(losses)
+        runs.append(seen + [p.data.copy() for p in layer.vars])
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+    assert "generator" in str(caught[0].message)
