@@ -4,6 +4,7 @@ starts from), runs it eagerly while NumPy is patched to write down each array op
 (``record.py``) and every Python function it runs is read (``world.py``), takes the plain arrays
 back out, and refuses what a replay could not do as eager does (``NotRecorded`` before the step
 runs, ``Unrecordable`` after it ran)."""
+import bisect
 import copy
 import gc
 import sys
@@ -123,8 +124,15 @@ def record(fn, inputs):
     given = [value._data if isinstance(value, NetVar) else value for value in inputs]
     traced_inputs = _hand_in(schedule, rec, inputs)
     handed = [None if buffer is None else buffer.copy() for buffer in schedule.inputs]
+    for owner in world.owners:      # what a replay that raises midway hands out (Schedule)
+        for name in type(owner).buffers + getattr(type(owner), "counters", ()):
+            rec.watch(("object", owner, name), owner, name)
+    for k, value in enumerate(inputs):
+        if isinstance(value, NetVar):
+            rec.watch(("input", k, "_g"), value, "_g")
     met = Meeting()
     result, error = _run(rec, met, fn, traced_inputs, world)
+    rec.note_changes()
     for optimizer in met.optimizers:        # kept where only the step's code finds it
         world._add(optimizer, world.optimizers)
     schedule.outputs = _outputs(result, rec)
@@ -180,8 +188,14 @@ def record(fn, inputs):
         refusal = Unrecordable("; ".join(rec.refusals))
         refusal.result = eager_result
         raise refusal
-    schedule.program, writes = program(rec, pinned=schedule._pinned(),
-                                       trusted=(_live_step,))
+    schedule.midway = [(before, key, plain(value) if type(value) is Traced else
+                        value - old if type(value) is int else value)
+                       for before, key, value, old in rec.changes]
+    schedule.program, writes, origins = program(rec, pinned=schedule._pinned(),
+                                                trusted=(_live_step,))
+    # (each change after the instructions that came before it, as the program counts them)
+    schedule.midway = [(bisect.bisect_left(origins, before), key, value)
+                       for before, key, value in schedule.midway]
     schedule._note_writers(writes)
     data = {id(_root(leaf._data)) for leaf in schedule.leaves}
     # the first instruction that changes what a call leaves (the optimizer, a parameter's data)

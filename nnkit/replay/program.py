@@ -20,14 +20,15 @@ def program(rec, pinned=(), trusted=()):
     program (inputs, gradients handed out, outputs), whose memory stays their own;
     ``trusted``: functions whose arguments may hold objects (an optimizer) that hide no
     buffer. Returns the instructions and, for each, the ids of the buffers it writes (their
-    roots, as recorded: the pinned ones are still theirs after the sharing)."""
+    roots, as recorded: the pinned ones are still theirs after the sharing) and its position
+    in the recording."""
     writers = {}
     for function, args, kwargs, writes, sources in rec.program:
         for array in writes:
             writers[id(_root(array))] = writers.get(id(_root(array)), 0) + 1
     keyed = frozenset(("input", k) for k in rec.keyed)     # their values are the signature's
-    kept = []
-    for function, args, kwargs, writes, sources in rec.program:
+    kept, origins = [], []
+    for origin, (function, args, kwargs, writes, sources) in enumerate(rec.program):
         # what reads the keyed inputs alone (an RNN's packing order, a check of its lengths)
         # gives what it gave when recorded: the signature holds those inputs' values
         if sources - keyed or any(writers[id(_root(array))] > 1 for array in writes):
@@ -41,9 +42,10 @@ def program(rec, pinned=(), trusted=()):
                     target = target.reshape(source.shape)
                 function, args, writes = _copy, (target, source), (target,)
             kept.append((function, args, kwargs, writes))
+            origins.append(origin)
     writes = [frozenset(id(_root(array)) for array in written) for *_, written in kept]
     return [_call(function, args, kwargs) for function, args, kwargs in
-            _shared(kept, pinned, trusted)], writes
+            _shared(kept, pinned, trusted)], writes, origins
 
 
 def _fixed_gather(rec, args, keyed):

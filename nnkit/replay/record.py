@@ -179,6 +179,21 @@ class Recording:
         self.thread = threading.get_ident()
         self.refusals = []
         self.errors = numpy.geterr()    # NumPy's floating-point error state as the step began
+        self.watched = {}       # key -> (holder, name, value last seen): see note_changes
+        self.changes = []       # (instructions recorded before it, key, new value, old value)
+
+    def watch(self, key, holder, name):
+        self.watched[key] = (holder, name, getattr(holder, name, None))
+
+    def note_changes(self):
+        """Note each watched attribute (a buffer, a counter, a node input's gradient) that holds
+        another object than when last noted (a number: another value), and how many
+        instructions came before: what a replay that raises midway hands out (Schedule)."""
+        for key, (holder, name, seen) in self.watched.items():
+            value = getattr(holder, name, None)
+            if value is not seen and not (type(value) is int and value == seen):
+                self.changes.append((len(self.program), key, value, seen))
+                self.watched[key] = (holder, name, value)
 
     def refuse(self, why):
         if why not in self.refusals:
@@ -202,6 +217,8 @@ class Recording:
         the replay (see ``Schedule``): its result is the same every time."""
         if sources is None:
             sources = self.sources_of((args, kwargs))
+        if self.watched:
+            self.note_changes()
         errors = numpy.geterr()
         if errors != self.errors and function not in (_check, _draw, _restore):
             # inside the step's own np.errstate: replayed under what it changes, over the

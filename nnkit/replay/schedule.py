@@ -26,6 +26,7 @@ class Schedule:
     records_in_a_row = 0
     verified = False            # its first replay was checked against eager
     homed = False               # its gradients computed into the optimizer's flat arrays
+    midway = ()                 # (instructions run before it, what, value): see _hand_out
 
     # -- a replay
     def stale(self):
@@ -96,24 +97,24 @@ class Schedule:
         return _handed_out(self.outputs)
 
     def _hand_out(self, inputs, done):
-        """Hand out what eager leaves after a step: gradients, buffers and counters, those
-        written by the first ``done`` instructions (all of them, unless one raised)."""
+        """Hand out what eager leaves after a step: gradients, buffers and counters; after an
+        instruction raised (``done`` of them ran), what eager held then (the parameters'
+        gradients those instructions wrote, ``_hand_out_midway``)."""
         ran = self.writers
         for leaf, buffer in self.grads_out:
             if ran.get(id(buffer), -1) < done:
                 leaf._g, leaf._gshared = buffer.copy(), True
-        for position, buffer in self.input_grads:        # a node input's gradient
-            if ran.get(id(buffer), -1) < done:
+        if done < len(self.program):
+            self._hand_out_midway(inputs, done)
+        else:
+            for position, buffer in self.input_grads:        # a node input's gradient
                 inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
-        for holder, attribute, buffer, how in self.outs:
-            if ran.get(id(buffer), -1) >= done:
-                continue
-            if how == "rebind":
-                setattr(holder, attribute, buffer.copy())
-            else:
-                numpy.copyto(getattr(holder, attribute), buffer)
-        for owner, name, delta in self.counters:
-            if ran.get(("counter", id(owner)), -1) < done:
+            for holder, attribute, buffer, how in self.outs:
+                if how == "rebind":
+                    setattr(holder, attribute, buffer.copy())
+                else:
+                    numpy.copyto(getattr(holder, attribute), buffer)
+            for owner, name, delta in self.counters:
                 setattr(owner, name, getattr(owner, name) + delta)
         for function, args in self.program[done:]:     # an optimizer that did not step
             if function is _live_step:                  # keeps its gradients, as eagerly
@@ -121,19 +122,47 @@ class Schedule:
                     if g is not None and self.last_write.get(id(_root(g)), -1) < done:
                         p._g, p._gshared = g.copy(), True
 
+    def _hand_out_midway(self, inputs, done):
+        """After a replay that raised at instruction ``done``: each buffer and node input's
+        gradient as eager held it then, as the step last rebound it (BatchNorm's statistics
+        at each update, a gradient at each back()) or wrote into it (what the first ``done``
+        instructions wrote), and each counter advanced as often as eager advanced it."""
+        def written(buffer):
+            return self.first_write.get(id(_root(buffer)), done) < done
+
+        now = {}        # (what, which, name) -> (holder, value, written in place)
+        for holder, attribute, buffer, how in self.outs:
+            if how == "write" and written(buffer):
+                now[("object", holder, attribute)] = holder, buffer, True
+        for position, entry in self.input_entries:      # a gradient at entry, added into
+            if written(entry):
+                now[("input", position, "_g")] = inputs[position], entry, False
+        for before, key, value in self.midway:
+            if before > done:
+                break
+            holder = inputs[key[1]] if key[0] == "input" else key[1]
+            if type(value) is int:          # a counter's step
+                setattr(holder, key[2], getattr(holder, key[2]) + value)
+            else:
+                now[key] = holder, value, False
+        for (_, _, name), (holder, value, in_place) in now.items():
+            if in_place:
+                numpy.copyto(getattr(holder, name), value)
+            else:
+                setattr(holder, name, None if value is None else value.copy())
+                if name == "_g":
+                    holder._gshared = True
+
     def _note_writers(self, writes):
-        """For each array a replay hands out, the last instruction that writes it (``writes``:
-        the buffers each instruction writes); a counter goes with its owner's buffers."""
-        last = self.last_write = {}
+        """The first and the last instruction that write each buffer (``writes``: the buffers
+        each instruction writes), and for each gradient a replay hands out, the last."""
+        last, first = self.last_write, self.first_write = {}, {}
         for index, keys in enumerate(writes):
             for key in keys:
                 last[key] = index
-        self.writers = {id(buffer): last.get(id(_root(buffer)), -1) for buffer in _arrays(
-            (self.grads_out, self.input_grads, [out[2] for out in self.outs]))}
-        for owner, _, _ in self.counters:
-            self.writers[("counter", id(owner))] = max(
-                [self.writers[id(buffer)] for holder, _, buffer, _ in self.outs
-                 if holder is owner], default=-1)
+                first.setdefault(key, index)
+        self.writers = {id(buffer): last.get(id(_root(buffer)), -1)
+                        for _, buffer in self.grads_out}
 
     def _index_of(self, function, args):
         """The position of the instruction ``(function, args)`` in the program."""
@@ -144,7 +173,8 @@ class Schedule:
         """The arrays a replay hands in or out, or that are the parameters' data: buffers of
         their own, which no other shares memory with or is moved into."""
         return (self.inputs, self.entries, self.input_entries, self.grads_out,
-                self.input_grads, self.outs, self.outputs, [leaf._data for leaf in self.leaves])
+                self.input_grads, self.outs, self.outputs, [leaf._data for leaf in self.leaves],
+                [value for _, _, value in self.midway])
 
     def _home_gradients(self):
         """Once, at the second replay (the first, checked against eager, made the optimizer's

@@ -345,6 +345,53 @@ def test_a_replay_that_raises_midway_leaves_what_eager_leaves(how):
     assert step.replays >= 4, step       # (after the error the gradients are there: it records)
 
 
+@pytest.mark.parametrize("what", ["running statistics", "a node input's gradient"])
+def test_a_replay_that_raises_between_two_updates_hands_out_the_first(what):
+    # BatchNorm rebinds its statistics at each update, and each back() a node input's
+    # gradient: a replay raising between two updates handed out neither (nor the counter's
+    # first step), where eager keeps the first
+    def scenario(captured):
+        nn.seed(0)
+        model = nn.layers.Sequential(nn.layers.Linear(4, 6), nn.layers.BatchNorm(6),
+                                     nn.layers.Linear(6, 3))
+        opt = nn.GD(model.vars, lr=0.1)
+
+        def step(x, y):
+            loss = nn.SoftmaxCELoss(model(x), y)
+            loss.back()
+            opt.step()
+            with np.errstate(over="raise"):
+                probe = x.data.astype(np.float64) * 1e308      # overflows where |x| > 1.8
+            after = nn.Sum(model(x * (probe * 0.0 + 1.0).astype(np.float32)))
+            if what == "a node input's gradient":
+                after.back()
+                opt.reset()
+            return loss
+        if captured:
+            step = nn.capture(step)
+        seen = []
+        for i, (rows, y) in enumerate(BATCHES):
+            rows = np.clip(rows, -1, 1).astype(np.float32)
+            if i == 4:
+                rows[0, 0] = 10.0
+            x = nn.NetVar(rows)
+            try:
+                step(x, y)
+                seen.append("no error")
+            except FloatingPointError:
+                seen.append("overflow")
+            stats = model[1].stats
+            seen += [stats.running_mean.copy(), stats.running_var.copy(),
+                     stats.num_batches_tracked, np.array(x.g) if x._g is not None else None]
+        return seen + [p.data for p in model.vars], step
+    eager, _ = scenario(False)
+    captured, step = scenario(True)
+    assert any(isinstance(value, str) and value == "overflow" for value in eager)
+    for k, (a, b) in enumerate(zip(eager, captured)):
+        assert (a is None and b is None) or np.array_equal(a, b), f"{k} differs ({step})"
+    assert step.replays >= 4, step
+
+
 TEMPERATURE = 1.0
 
 
