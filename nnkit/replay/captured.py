@@ -217,18 +217,19 @@ def _contents(inputs, keyed):
 
 def signature(inputs):
     parts = [modes.grad, modes.train, threads_without_grad[0] > 0, get_dtype()]
+    twice = len({id(value) for value in inputs}) < len(inputs)     # an input given twice
     for k, value in enumerate(inputs):
         # an array's layout, its strides and alignment, is part of it: the bits of a sum follow
         # the layout (an F-ordered or an unaligned batch is another signature)
         if isinstance(value, NetVar):
-            first = next(j for j, other in enumerate(inputs) if other is value)  # given twice
+            first = next(j for j, other in enumerate(inputs) if other is value) if twice else k
             data = value._data
             parts.append(("node", data.shape, data.dtype, data.strides, _aligned(data),
                           value.requires_grad, value._g is None, first))  # (a gradient at
             # entry is added to)
         elif type(value) is numpy.ndarray or (backend.is_array(value) and not isinstance(
                 value, numpy.ndarray)):     # (a GPU array: recording refuses it, by name)
-            first = next(j for j, other in enumerate(inputs) if other is value)
+            first = next(j for j, other in enumerate(inputs) if other is value) if twice else k
             parts.append(("array", type(value), value.shape, value.dtype, value.strides,
                           _aligned(value), first))      # (given twice: one buffer)
         elif isinstance(value, (int, float, bool, str, type(None), numpy.generic)):

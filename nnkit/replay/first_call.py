@@ -203,6 +203,7 @@ def record(fn, inputs):
         zip(schedule.program, writes)) if function is _live_step or written & data),
         len(schedule.program))
     schedule._find_readers()
+    schedule._note_late_readers()
     schedule.entry_grads = _entry_grads(schedule.leaves, entry_grads)
     schedule.wants = [leaf.requires_grad for leaf in schedule.leaves]
     schedule.groups = _groups(world.optimizers)

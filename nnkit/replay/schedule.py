@@ -27,6 +27,7 @@ class Schedule:
     verified = False            # its first replay was checked against eager
     homed = False               # its gradients computed into the optimizer's flat arrays
     midway = ()                 # (instructions run before it, what, value): see _hand_out
+    read_after_step = False     # an instruction after an optimizer's step reads an input
 
     # -- a replay
     def stale(self):
@@ -212,6 +213,16 @@ class Schedule:
                     self.program = rehome(self.program, pinned, g, home) or self.program
         self._find_readers()
 
+    def _note_late_readers(self):
+        """Whether an instruction after an optimizer's step reads an input's buffer (an input
+        that is that optimizer's state would read it changed, eagerly)."""
+        steps = [index for index, (function, _) in enumerate(self.program)
+                 if function is _live_step]
+        roots = {id(_root(buffer)) for buffer in self.inputs if buffer is not None}
+        self.read_after_step = bool(steps) and any(
+            id(_root(array)) in roots for function, args in self.program[steps[0] + 1:]
+            for array in _arrays((args, getattr(function, "keywords", None))))
+
     def _find_readers(self):
         """Which instructions read each input buffer (``readers``), for the inputs a replay can
         hand over as they are (``direct``): those the schedule does not also hand out, large
@@ -237,10 +248,13 @@ class Schedule:
         # through the input as it changes (gradients: eager adds into them)
         changing = [leaf._g for leaf in self.leaves if leaf._g is not None] + [
             value._g for value in inputs if isinstance(value, NetVar) and value._g is not None]
-        for optimizer in self.world.optimizers:
-            for state in optimizer.state:
-                changing += [value for value in state.values() if type(value) is _ndarray]
         changing = {id(_root(array)) for array in changing}
+        for optimizer in self.world.optimizers if self.read_after_step else ():
+            # (its state changes in its step: only an input read after that could see it;
+            # NumPy's views name their owner as base)
+            changing.update(id(value if value.base is None else value.base)
+                            for state in optimizer.state for value in state.values()
+                            if type(value) is _ndarray)
         for k, value in enumerate(inputs):
             buffer = self.inputs[k]
             if buffer is None:
