@@ -108,12 +108,6 @@ def record(fn, inputs):
                 raise NotRecorded(f"input {k} shares memory with {what}, which the step "
                                   "may change: a replay's copy of the input would not "
                                   "see it (pass a copy to capture it)")
-        for j, earlier in arrays:       # (the same array twice shares one buffer: _hand_in)
-            if j < k and array is not earlier and numpy.may_share_memory(array, earlier):
-                raise NotRecorded(f"input {k} shares memory with input {j}: each is copied "
-                                  "into a buffer of its own, where a write through one would "
-                                  "not show through the other: this call runs eagerly",
-                                  lasting=False)
     schedule, rec = Schedule(), Recording()
     schedule.world, schedule.swaps, schedule.entries = world, [], []
     start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
@@ -162,6 +156,14 @@ def record(fn, inputs):
                 rec.refuse(f"the step writes into input {k} where capture does not see it "
                            "(x.flat[i] = v, np.nditer): a replay hands it a copy")
             numpy.copyto(array, buffer)
+            for j, other in enumerate(given):
+                if isinstance(other, _ndarray) and other is not array and \
+                        numpy.may_share_memory(array, other):
+                    raise RuntimeError(
+                        f"capture: the step wrote into input {k}, which shares memory with "
+                        f"input {j}; this call ran on a copy of each, where the write did not "
+                        "show through the other as it does eagerly, so its result is not "
+                        "eager's: give the step arrays of their own")
     read = set().union(*(sources for *_, sources in rec.program))
     for k, buffer in enumerate(schedule.inputs):
         # integers or booleans no recorded operation reads: an index NumPy took itself

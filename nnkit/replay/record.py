@@ -317,7 +317,7 @@ class Recording:
             if sources and self.touched is not None and _shape_may_follow(function, args):
                 # (x[mask]): a replay that meets another shape here could not take back what
                 # came before, so it is refused, as a value read there is
-                self.refuse(f"the step computes an array whose shape may follow the data "
+                self.refuse(f"the step computes an array whose shape follows the data "
                             f"({_site()}) after {self.touched}; compute it before that, or "
                             "from what the step returns, after the call")
             self.add(_into, (tuple(made), function, args, kwargs), {}, fresh, sources)
@@ -372,12 +372,13 @@ _SHAPE_OF_ARGUMENTS = ("astype", "copy", "reshape", "transpose")    # (the signa
 
 
 def _shape_may_follow(function, args):
-    """Whether the shape of what ``function(*args)`` returns may follow the data: a function
-    other than indexing without a boolean mask and those of ``_SHAPE_OF_ARGUMENTS``."""
+    """Whether the shape of what ``function(*args)`` returns follows the data: indexing with a
+    boolean mask, ``np.where`` of a condition alone, and the functions of ``_SHAPED``."""
     if function in (operator.getitem, _ndarray.__getitem__):
         index = args[1] if type(args[1]) is tuple else (args[1],)
         return any(isinstance(item, _ndarray) and item.dtype == bool for item in index)
-    return getattr(function, "__name__", "") not in _SHAPE_OF_ARGUMENTS
+    name = getattr(function, "__name__", "")
+    return name in _SHAPED or (name == "where" and len(args) == 1)
 
 
 def _takes_out(function, args, kwargs, result):

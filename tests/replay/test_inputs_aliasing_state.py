@@ -123,3 +123,31 @@ def test_an_array_given_twice_then_two_arrays_replay_as_eager(rows):
         return seen
     both(run)
     assert CALLS[-1].replays == 4, CALLS[-1]
+
+
+def test_overlapping_inputs_replay_and_a_write_through_one_raises():
+    # step(seq[:-1], seq[1:]) ran eagerly at every call, without a word; a step writing into
+    # one of two overlapping inputs ran on a copy of each, where the write did not show
+    # through the other
+    def run(captured):
+        layer = nn.layers.Linear(4, 4)
+        opt = nn.GD(layer.vars, lr=0.1)
+
+        def step(inputs, targets):
+            loss = nn.MSELoss(layer(inputs), targets)
+            loss.back()
+            opt.step()
+            return loss
+        call = nn.capture(step) if captured else step
+        CALLS.append(call)
+        return [call(seq[:-1], seq[1:]).data for seq in ROWS] + [p.data for p in layer.vars]
+    both(run)
+    assert CALLS[-1].replays == 5, CALLS[-1]
+
+    def writing(a, b):
+        a[0, 0] = 1.0
+        return nn.Sum(nn.NetVar(b, requires_grad=False))
+    seq = ROWS[0].copy()
+    with pytest.raises(RuntimeError, match=r"capture: the step wrote into input 0, which shares "
+                                           r"memory with input 1; this call ran on a copy"):
+        nn.capture(writing)(seq[:-1], seq[1:])

@@ -743,6 +743,33 @@ def test_a_shape_that_follows_the_data_after_the_optimizers_step_runs_eagerly():
     same_as_eager(build, calls)
 
 
+def test_arrays_shaped_by_their_arguments_after_an_optimizers_step_replay():
+    # a GAN's step (the discriminator's update, then the generator's through LReLU and
+    # Sigmoid, whose np.where takes no out=) ran eagerly: only a shape that follows the data
+    # is refused after an update
+    def build():
+        G = nn.layers.Sequential(nn.layers.Linear(4, 8), nn.LReLU, nn.layers.Linear(8, 3))
+        D = nn.layers.Sequential(nn.layers.Linear(3, 8), nn.LReLU, nn.layers.Linear(8, 1),
+                                 nn.Sigmoid)
+        opt_d, opt_g = nn.Adam(D.vars, lr=0.01), nn.Adam(G.vars, lr=0.01)
+
+        def step(z, real):
+            fake = G(z)
+            d_loss = (-(D(real) + 1e-6).log() - (1 - D(fake.detach()) + 1e-6).log()).mean()
+            d_loss.back()
+            opt_d.step()
+            g_loss = (-(D(G(z)) + 1e-6).log()).mean()
+            g_loss.back()
+            opt_g.step()
+            return d_loss, g_loss
+        return step, lambda: list(G.vars) + list(D.vars)
+
+    def calls():
+        rng = np.random.default_rng(0)
+        return [(rng.standard_normal((6, 4)), rng.standard_normal((6, 3))) for _ in range(6)]
+    assert same_as_eager(build, calls).replays >= 4
+
+
 def test_a_replay_stopped_after_the_optimizers_step_raises_instead_of_stepping_twice(
         monkeypatch):
     # the net under the refusal above: a replay that meets another shape after the update
