@@ -16,7 +16,7 @@ from .. import backend, core
 from ..arraylike import gradient_only_read
 from ..core import NetVar, constant
 from ..optim.base import Optimizer
-from .instructions import _draw, _live_step, _root
+from .instructions import _draw, _live_step, _root, live_step_of
 from .program import program, written
 from .record import Recording, Traced, Unrecordable, patched, plain
 from .schedule import Schedule, _entry_grads, _groups, _handed_out
@@ -202,7 +202,7 @@ def record(fn, inputs):
     data = {id(_root(leaf._data)) for leaf in schedule.leaves}
     # the first instruction that changes what a call leaves (the optimizer, a parameter's data)
     schedule.lasting = next((index for index, ((function, _), written) in enumerate(
-        zip(schedule.program, writes)) if function is _live_step or written & data),
+        zip(schedule.program, writes)) if live_step_of(function, _) or written & data),
         len(schedule.program))
     schedule._find_readers()
     schedule._note_late_readers()

@@ -120,3 +120,13 @@ def _live_step(step, optimizer, grads):
     for p, g, shared in grads:
         p._g, p._gshared = g, shared
     step(optimizer)
+
+
+def live_step_of(function, args):
+    """``(step, optimizer, grads)`` when the instruction ``function(*args)`` is an optimizer's
+    live step (also run inside the step's own ``np.errstate``: ``_under``), else None."""
+    if function is _live_step:
+        return args
+    if function is _under and args[1] is _live_step:
+        return args[2]
+    return None

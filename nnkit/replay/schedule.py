@@ -11,7 +11,7 @@ import numpy
 from .. import backend
 from ..core import NetVar, constant
 from ..optim import flat
-from .instructions import GuardFailed, ReplayStopped, _arrays, _live_step, _root
+from .instructions import GuardFailed, ReplayStopped, _arrays, _live_step, _root, live_step_of
 from .program import read_from, readers, rehome
 from .guards import changed, failed_guard
 
@@ -117,11 +117,17 @@ class Schedule:
                     numpy.copyto(getattr(holder, attribute), buffer)
             for owner, name, delta in self.counters:
                 setattr(owner, name, getattr(owner, name) + delta)
-        for function, args in self.program[done:]:     # an optimizer that did not step
-            if function is _live_step:                  # keeps its gradients, as eagerly
-                for p, g, _ in args[2]:
-                    if g is not None and self.last_write.get(id(_root(g)), -1) < done:
+        for index in range(done, len(self.program)):
+            live = live_step_of(*self.program[index])
+            if live is None:
+                continue
+            for p, g, _ in live[2]:
+                if index == done:       # the step that raised: reset what it reached, as eager
+                    if p._g is not None and p._g is g:
                         p._g, p._gshared = g.copy(), True
+                elif g is not None and self.grads_written[index, id(p)] < done:
+                    p._g, p._gshared = g.copy(), True   # an optimizer that did not step keeps
+                    # the gradients written before, as eagerly
 
     def _hand_out_midway(self, inputs, done):
         """After a replay that raised at instruction ``done``: each buffer and node input's
@@ -164,6 +170,11 @@ class Schedule:
                 first.setdefault(key, index)
         self.writers = {id(buffer): last.get(id(_root(buffer)), -1)
                         for _, buffer in self.grads_out}
+        # (before their gradients may be computed into an optimizer's flat array elsewhere)
+        self.grads_written = {
+            (index, id(p)): -1 if g is None else last.get(id(_root(g)), -1)
+            for index, (function, args) in enumerate(self.program)
+            for p, g, _ in (live_step_of(function, args) or (None, None, ()))[2]}
 
     def _index_of(self, function, args):
         """The position of the instruction ``(function, args)`` in the program."""
@@ -192,7 +203,7 @@ class Schedule:
         read_from(self.program, self.readers, self.inputs, moved)     # the buffers' views
         pinned = self._pinned()
         steps = [(index, args) for index, (function, args) in enumerate(self.program)
-                 if function is _live_step]
+                 if function is _live_step]     # (one under the step's errstate stays as it is)
         times = collections.Counter(id(optimizer) for _, (_, optimizer, _) in steps)
         for index, (_, optimizer, grads) in steps:
             if times[id(optimizer)] > 1:    # (the first step's gradients may live on past
@@ -216,8 +227,8 @@ class Schedule:
     def _note_late_readers(self):
         """Whether an instruction after an optimizer's step reads an input's buffer (an input
         that is that optimizer's state would read it changed, eagerly)."""
-        steps = [index for index, (function, _) in enumerate(self.program)
-                 if function is _live_step]
+        steps = [index for index, (function, args) in enumerate(self.program)
+                 if live_step_of(function, args)]
         roots = {id(_root(buffer)) for buffer in self.inputs if buffer is not None}
         self.read_after_step = bool(steps) and any(
             id(_root(array)) in roots for function, args in self.program[steps[0] + 1:]
