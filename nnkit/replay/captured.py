@@ -52,32 +52,36 @@ class Captured:
         self.__wrapped__ = fn
         self._busy = threading.Lock()   # the buffers are one: one call at a time replays
 
+    of_object = False       # captures a method of one object (``__get__``)
+
     def __reduce__(self):
         """A copy (``copy``, ``deepcopy``, pickle) captures the same step anew: the recordings
-        hold this capture's buffers, and are not copied."""
+        hold this capture's buffers, and are not copied. A copy of an object keeps nothing of
+        the capture of its method (which names the object): the copy captures its own."""
+        if self.of_object:
+            return _forgotten, ()
         return Captured, (self.fn, self.check, self.max_signatures)
 
-    name = None             # the method's name in its class (__set_name__)
-
-    def __set_name__(self, owner, name):
-        self.name = name
-
     def __get__(self, obj, objtype=None):
-        """``@nn.capture`` above a method: each object captures its own bound method, kept in
-        its ``__dict__`` under the method's name (as ``functools.cached_property`` keeps its
-        value), so that later lookups find it there."""
+        """``@nn.capture`` above a method: each object captures its own bound method, once,
+        and keeps it in its ``__dict__`` under a name of the function's (not the method's: an
+        override calling ``super()`` keeps its own). Copies and pickles of the object capture
+        it anew."""
         if obj is None:
             return self
-        if self.name is None:       # assigned to the class after it was made
-            self.name = next(key for cls in type(obj).__mro__
-                             for key, value in vars(cls).items() if value is self)
-        bound = Captured(self.fn.__get__(obj, objtype), self.check, self.max_signatures)
+        key = f"_captured_{getattr(self.fn, '__qualname__', id(self))}"
         try:
-            vars(obj)[self.name] = bound
+            held = vars(obj)
         except TypeError:           # (an object without __dict__: __slots__)
-            raise TypeError(f"capture: {type(obj).__name__}.{self.name} is captured as a "
-                            "method of an object without __dict__; capture the bound method "
-                            f"instead: self.{self.name} = nn.capture(self.{self.name})") from None
+            raise TypeError(f"capture: {_name(self.fn)} is captured as a method of an object "
+                            f"without __dict__ ({type(obj).__name__}); capture the bound method "
+                            "instead: self.step = nn.capture(self.step)") from None
+        bound = held.get(key)
+        if bound is None:
+            bound = Captured(self.fn.__get__(obj, objtype), self.check, self.max_signatures)
+            bound.of_object = True
+            setattr(obj, key, bound) if not isinstance(held, dict) else held.__setitem__(
+                key, bound)         # (a class's mappingproxy: a classmethod's class)
         return bound
 
     def __repr__(self):
@@ -207,6 +211,10 @@ class Captured:
         schedule.records_in_a_row = 0
         self.replays += 1
         return replayed
+
+
+def _forgotten():
+    return None
 
 
 def _contents(inputs, keyed):
