@@ -259,7 +259,7 @@ class Schedule:
         # through the input as it changes (gradients: eager adds into them)
         changing = [leaf._g for leaf in self.leaves if leaf._g is not None] + [
             value._g for value in inputs if isinstance(value, NetVar) and value._g is not None]
-        changing = {id(_root(array)) for array in changing}
+        changing = {id(_root(array)) for array in changing} if changing else set()
         for optimizer in self.world.optimizers if self.read_after_step else ():
             # (its state changes in its step: only an input read after that could see it;
             # NumPy's views name their owner as base)
@@ -399,8 +399,9 @@ def _handed_out(spec):
         handed = copy.copy(kind)
         handed.update((key, _handed_out(item)) for key, item in value.items())
         return handed
-    if kind == "node":                  # (of its own dtype: an ArgMax stays int64)
-        return constant(value.copy(), dtype=value.dtype)
+    if kind == "node":                  # (an integer or boolean one keeps its dtype too)
+        value = value.copy()
+        return constant(value) if value.dtype.kind == "f" else constant(value, dtype=value.dtype)
     if kind == "array":
         return value.copy()
     if kind == "scalar":                # a NumPy scalar, as eager returns it
