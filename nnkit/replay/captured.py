@@ -2,6 +2,7 @@
 against eager or runs eagerly (the package's docstring tells the whole story)."""
 import inspect
 import threading
+import types
 import warnings
 
 import numpy
@@ -78,7 +79,7 @@ class Captured:
                             "instead: self.step = nn.capture(self.step)") from None
         bound = held.get(key)
         if bound is None:
-            bound = Captured(self.fn.__get__(obj, objtype), self.check, self.max_signatures)
+            bound = Captured(types.MethodType(self.fn, obj), self.check, self.max_signatures)
             bound.of_object = True
             setattr(obj, key, bound) if not isinstance(held, dict) else held.__setitem__(
                 key, bound)         # (a class's mappingproxy: a classmethod's class)
