@@ -108,6 +108,12 @@ def record(fn, inputs):
                 raise NotRecorded(f"input {k} shares memory with {what}, which the step "
                                   "may change: a replay's copy of the input would not "
                                   "see it (pass a copy to capture it)")
+    # inputs sharing memory (not one array given twice: one buffer) are copied apart, where a
+    # write through one would not show through the other: the state before the call is kept
+    # to be put back should the step write into one (then the call raises)
+    apart = [(j, k) for j, a in arrays for k, b in arrays
+             if j < k and inputs[j] is not inputs[k] and numpy.may_share_memory(a, b)]
+    before_call = _state_before(world, inputs) if apart else None
     schedule, rec = Schedule(), Recording()
     schedule.world, schedule.swaps, schedule.entries = world, [], []
     start = constant(numpy.zeros(())).index     # leaves from here on: the step's own
@@ -155,15 +161,15 @@ def record(fn, inputs):
             if id(buffer) not in rec.inputs_written:
                 rec.refuse(f"the step writes into input {k} where capture does not see it "
                            "(x.flat[i] = v, np.nditer): a replay hands it a copy")
+            for j in [j for pair in apart if k in pair for j in pair if j != k][:1]:
+                _put_back(before_call)
+                raise RuntimeError(
+                    f"capture: the step wrote into input {k}, which shares memory with input "
+                    f"{j}; the call ran on a copy of each, where the write did not show "
+                    "through the other as it does eagerly, so nothing of it is kept (the "
+                    "parameters, the optimizer and the inputs are as they were): give the step "
+                    "arrays of their own")
             numpy.copyto(array, buffer)
-            for j, other in enumerate(given):
-                if isinstance(other, _ndarray) and other is not array and \
-                        numpy.may_share_memory(array, other):
-                    raise RuntimeError(
-                        f"capture: the step wrote into input {k}, which shares memory with "
-                        f"input {j}; this call ran on a copy of each, where the write did not "
-                        "show through the other as it does eagerly, so its result is not "
-                        "eager's: give the step arrays of their own")
     read = set().union(*(sources for *_, sources in rec.program))
     for k, buffer in enumerate(schedule.inputs):
         # integers or booleans no recorded operation reads: an index NumPy took itself
@@ -386,6 +392,31 @@ def _take_out(schedule, rec, inputs):
         leaf._g, leaf._gshared = buffer.copy(), True
     for position, buffer in schedule.input_grads:
         inputs[position]._g, inputs[position]._gshared = buffer.copy(), True
+
+
+def _state_before(world, inputs):
+    """What a call may change, as copies: its parameters' data and gradients (and its node
+    inputs' gradients), its optimizers' states, its buffers and counters, nnkit's generator."""
+    nodes = [value for value in inputs if isinstance(value, NetVar)]
+    return ([(leaf, leaf._data.copy(), None if leaf._g is None else leaf._g.copy())
+             for leaf in world.leaves] + [(node, None, node._g) for node in nodes],
+            [(optimizer, copy.deepcopy(optimizer.state)) for optimizer in world.optimizers],
+            [(owner, name, copy.copy(getattr(owner, name, None))) for owner in world.owners
+             for name in type(owner).buffers + getattr(type(owner), "counters", ())],
+            backend.get_rng_state())
+
+
+def _put_back(state):
+    leaves, optimizers, held, rng = state
+    for leaf, data, g in leaves:
+        if data is not None:
+            leaf._data[...] = data
+        leaf._g, leaf._gshared = g, False
+    for optimizer, saved in optimizers:
+        optimizer.state[:] = saved
+    for owner, name, value in held:
+        setattr(owner, name, value)
+    backend.rewind_rng(rng)
 
 
 def _copied_as_laid_out(array):

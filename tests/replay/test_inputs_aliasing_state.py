@@ -144,10 +144,30 @@ def test_overlapping_inputs_replay_and_a_write_through_one_raises():
     both(run)
     assert CALLS[-1].replays == 5, CALLS[-1]
 
-    def writing(a, b):
-        a[0, 0] = 1.0
-        return nn.Sum(nn.NetVar(b, requires_grad=False))
+
+
+@pytest.mark.parametrize("given", ["overlapping arrays", "a node and its array"])
+def test_a_write_through_one_of_two_inputs_sharing_memory_raises_changing_nothing(given):
+    # the recording ran on a copy of each, where the write did not show through the other:
+    # its result and its update were not eager's (a node of an array given beside the array
+    # was taken for two arrays of their own, and the call said it ran eagerly)
+    nn.seed(0)
+    layer = nn.layers.Linear(4, 4)
+    opt = nn.Adam(layer.vars, lr=0.1)
+
+    def step(inputs, targets):
+        (targets.data if isinstance(targets, nn.NetVar) else targets)[0, 0] = 0.5
+        loss = nn.MSELoss(layer(inputs), targets)
+        loss.back()
+        opt.step()
+        return loss
     seq = ROWS[0].copy()
-    with pytest.raises(RuntimeError, match=r"capture: the step wrote into input 0, which shares "
-                                           r"memory with input 1; this call ran on a copy"):
-        nn.capture(writing)(seq[:-1], seq[1:])
+    args = (seq[:-1], seq[1:]) if given == "overlapping arrays" else (nn.NetVar(seq), seq)
+    before = [p.data.copy() for p in layer.vars], seq.copy()
+    with pytest.raises(RuntimeError, match=r"capture: the step wrote into input 1, which shares "
+                                           r"memory with input 0; the call ran on a copy of "
+                                           r"each, .* nothing of it is kept"):
+        nn.capture(step)(*args)
+    assert all(np.array_equal(a, p.data) for a, p in zip(before[0], layer.vars))
+    assert np.array_equal(before[1], seq) and all(not state for state in opt.state)
+    assert all(p._g is None for p in layer.vars)
