@@ -54,6 +54,7 @@ class Captured:
         self._busy = threading.Lock()   # the buffers are one: one call at a time replays
 
     of_object = False       # captures a method of one object (``__get__``)
+    _static = None          # above @staticmethod: the capture of its function (``__get__``)
 
     def __reduce__(self):
         """A copy (``copy``, ``deepcopy``, pickle) captures the same step anew: the recordings
@@ -70,7 +71,12 @@ class Captured:
         it anew."""
         if obj is None:
             return self
-        key = f"_captured_{getattr(self.fn, '__qualname__', id(self))}"
+        if isinstance(self.fn, staticmethod):       # (above @staticmethod: nothing to bind)
+            if self._static is None:
+                self._static = Captured(self.fn.__func__, self.check, self.max_signatures)
+            return self._static
+        # (this capture's own name: a subclass of the same name keeps its own)
+        key = f"_captured_{getattr(self.fn, '__qualname__', '')}_{id(self):x}"
         try:
             held = vars(obj)
         except TypeError:           # (an object without __dict__: __slots__)
@@ -78,7 +84,7 @@ class Captured:
                             f"without __dict__ ({type(obj).__name__}); capture the bound method "
                             "instead: self.step = nn.capture(self.step)") from None
         bound = held.get(key)
-        if bound is None:
+        if bound is None or bound.fn.__self__ is not obj:     # (a shallow copy's: the original's)
             bound = Captured(types.MethodType(self.fn, obj), self.check, self.max_signatures)
             bound.of_object = True
             setattr(obj, key, bound) if not isinstance(held, dict) else held.__setitem__(

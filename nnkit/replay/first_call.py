@@ -153,22 +153,24 @@ def record(fn, inputs):
     schedule.counters = [(owner, name, getattr(owner, name) - value)
                          for owner, name, value in counters]
     _take_out(schedule, rec, inputs)
-    for k, (array, buffer, was) in enumerate(zip(given, schedule.inputs, handed)):
+    # (against what it was handed: the caller's array may have changed otherwise)
+    written = [k for k, (buffer, was) in enumerate(zip(schedule.inputs, handed))
+               if buffer is not None and buffer.tobytes() != was.tobytes()]
+    for k, j in [(k, j) for k in written for pair in apart if k in pair
+                 for j in pair if j != k][:1]:
+        _put_back(before_call)
+        raise RuntimeError(
+            f"capture: the step wrote into input {k}, which shares memory with input {j}; the "
+            "call ran on a copy of each, where the write did not show through the other as it "
+            "does eagerly, so nothing of it is kept (the parameters, the optimizer and the "
+            "inputs are as they were): give the step arrays of their own")
+    for k, (array, buffer) in enumerate(zip(given, schedule.inputs)):
         if buffer is not None:
             buffer.flags.writeable = True
-        # (against what it was handed: the caller's array may have changed otherwise)
-        if buffer is not None and buffer.tobytes() != was.tobytes():    # written: as eager
+        if k in written:                # as eager
             if id(buffer) not in rec.inputs_written:
                 rec.refuse(f"the step writes into input {k} where capture does not see it "
                            "(x.flat[i] = v, np.nditer): a replay hands it a copy")
-            for j in [j for pair in apart if k in pair for j in pair if j != k][:1]:
-                _put_back(before_call)
-                raise RuntimeError(
-                    f"capture: the step wrote into input {k}, which shares memory with input "
-                    f"{j}; the call ran on a copy of each, where the write did not show "
-                    "through the other as it does eagerly, so nothing of it is kept (the "
-                    "parameters, the optimizer and the inputs are as they were): give the step "
-                    "arrays of their own")
             numpy.copyto(array, buffer)
     read = set().union(*(sources for *_, sources in rec.program))
     for k, buffer in enumerate(schedule.inputs):
@@ -400,7 +402,9 @@ def _state_before(world, inputs):
     nodes = [value for value in inputs if isinstance(value, NetVar)]
     return ([(leaf, leaf._data.copy(), None if leaf._g is None else leaf._g.copy())
              for leaf in world.leaves] + [(node, None, node._g) for node in nodes],
-            [(optimizer, copy.deepcopy(optimizer.state)) for optimizer in world.optimizers],
+            [(optimizer, copy.deepcopy(optimizer.state), [
+                (modifier, copy.copy(vars(modifier))) for modifier in optimizer.modifiers
+                if hasattr(modifier, "__dict__")]) for optimizer in world.optimizers],
             [(owner, name, copy.copy(getattr(owner, name, None))) for owner in world.owners
              for name in type(owner).buffers + getattr(type(owner), "counters", ())],
             backend.get_rng_state())
@@ -412,8 +416,11 @@ def _put_back(state):
         if data is not None:
             leaf._data[...] = data
         leaf._g, leaf._gshared = g, False
-    for optimizer, saved in optimizers:
+    for optimizer, saved, modifiers in optimizers:
         optimizer.state[:] = saved
+        for modifier, record in modifiers:      # (what they record: a clipped norm)
+            vars(modifier).clear()
+            vars(modifier).update(record)
     for owner, name, value in held:
         setattr(owner, name, value)
     backend.rewind_rng(rng)

@@ -367,7 +367,10 @@ def _retrace(recording, result):
 
 
 _takes_out_cache = {}
-_SHAPED = ("compress", "extract", "nonzero", "flatnonzero", "argwhere", "unique")
+_SHAPED = ("compress", "extract", "nonzero", "flatnonzero", "argwhere", "unique",
+           "unique_values", "unique_counts", "unique_inverse", "unique_all", "bincount",
+           "repeat", "delete", "trim_zeros", "setdiff1d", "intersect1d", "union1d", "setxor1d",
+           "histogram", "histogram_bin_edges")      # (shapes that follow the data)
 _SHAPE_OF_ARGUMENTS = ("astype", "copy", "reshape", "transpose")    # (the signature fixes it)
 
 

@@ -153,21 +153,23 @@ def test_a_write_through_one_of_two_inputs_sharing_memory_raises_changing_nothin
     # was taken for two arrays of their own, and the call said it ran eagerly)
     nn.seed(0)
     layer = nn.layers.Linear(4, 4)
-    opt = nn.Adam(layer.vars, lr=0.1)
+    opt = nn.Adam(layer.vars, lr=0.1, modifiers=[nn.ClipGradNorm(1.0)])
 
-    def step(inputs, targets):
+    def step(counts, inputs, targets):
+        counts += 1                     # (written first, back into the caller's array)
         (targets.data if isinstance(targets, nn.NetVar) else targets)[0, 0] = 0.5
         loss = nn.MSELoss(layer(inputs), targets)
         loss.back()
         opt.step()
         return loss
-    seq = ROWS[0].copy()
+    seq, counts = ROWS[0].copy(), np.zeros(3)
     args = (seq[:-1], seq[1:]) if given == "overlapping arrays" else (nn.NetVar(seq), seq)
-    before = [p.data.copy() for p in layer.vars], seq.copy()
-    with pytest.raises(RuntimeError, match=r"capture: the step wrote into input 1, which shares "
-                                           r"memory with input 0; the call ran on a copy of "
+    before = [p.data.copy() for p in layer.vars], seq.copy(), dict(vars(opt.modifiers[0]))
+    with pytest.raises(RuntimeError, match=r"capture: the step wrote into input 2, which shares "
+                                           r"memory with input 1; the call ran on a copy of "
                                            r"each, .* nothing of it is kept"):
-        nn.capture(step)(*args)
+        nn.capture(step)(counts, *args)
     assert all(np.array_equal(a, p.data) for a, p in zip(before[0], layer.vars))
     assert np.array_equal(before[1], seq) and all(not state for state in opt.state)
-    assert all(p._g is None for p in layer.vars)
+    assert all(p._g is None for p in layer.vars) and not counts.any()
+    assert vars(opt.modifiers[0]) == before[2]

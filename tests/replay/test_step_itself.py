@@ -743,6 +743,27 @@ def test_a_shape_that_follows_the_data_after_the_optimizers_step_runs_eagerly():
     same_as_eager(build, calls)
 
 
+@pytest.mark.parametrize("shaped", [lambda y: np.bincount(y), lambda y: np.repeat(y, y),
+                                    lambda y: np.unique_counts(y).counts],
+                         ids=["bincount", "repeat", "unique_counts"])
+def test_more_shapes_that_follow_the_data_after_an_optimizers_step_run_eagerly(shaped):
+    # recorded, a replay meeting another shape stopped the call with an error
+    def build():
+        step, opt, model = _two_layers(lambda model, x, y: nn.SoftmaxCELoss(
+            model.l2(nn.Tanh(model.l1(x))), y))
+
+        def counting(x, y):
+            loss = step(x, y)
+            return loss, shaped(y)
+        return counting, lambda: list(model.vars)
+
+    def calls():
+        rng = np.random.default_rng(0)
+        return [(rng.standard_normal((6, 4)), np.array([0, 1, 1, 0, 1, 0]) * (i < 3))
+                for i in range(5)]
+    same_as_eager(build, calls)
+
+
 def test_arrays_shaped_by_their_arguments_after_an_optimizers_step_replay():
     # a GAN's step (the discriminator's update, then the generator's through LReLU and
     # Sigmoid, whose np.where takes no out=) ran eagerly: only a shape that follows the data
@@ -999,6 +1020,38 @@ def test_captured_methods_keep_overrides_aliases_copies_and_class_methods_apart(
             copied.step(x)
         assert copied.step.fn.__self__ is copied and copied.step.replays == 2
         assert all(not np.array_equal(a.data, b.data) for a, b in zip(copied.vars, learner.vars))
+
+    shallow = copy.copy(learner)            # (its __dict__ holds the original's capture)
+    nn.seed(1)
+    shallow.layer = nn.layers.Linear(4, 2)
+    shallow.opt = nn.GD(shallow.layer.vars, lr=0.1)
+    kept = [p.data.copy() for p in learner.vars]
+    shallow.step(_rows(5)[0])
+    assert all(np.array_equal(a, p.data) for a, p in zip(kept, learner.vars))
+    assert shallow.step.fn.__self__ is shallow
+
+    class Twin(Base):
+        @nn.capture
+        def step(self, x):
+            return super().step(x * 0.5)
+    # (a subclass of its base's very name, in another module or a notebook: the two captures
+    # were one, and super() ran the override's again, without end)
+    vars(Twin)["step"].fn.__qualname__ = vars(Base)["step"].fn.__qualname__
+    results = []
+    for kind in (Halving, Twin):
+        nn.seed(0)
+        learner_of_kind = kind()
+        for x in _rows(*[5] * 3):
+            learner_of_kind.step(x)
+        results.append([p.data.copy() for p in learner_of_kind.vars])
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+    class Static:
+        @nn.capture
+        @staticmethod
+        def doubled(x):
+            return nn.Sum(nn.NetVar(x, requires_grad=False)) * 2.0
+    assert float(Static().doubled(_rows(5)[0]).data) == float(_rows(5)[0].sum() * 2.0)
 
     class Counting:
         calls = 0
