@@ -44,8 +44,9 @@ class Captured:
         self.fn, self.check, self.max_signatures = fn, bool(check), max_signatures
         # a generator or coroutine function runs its body later, on what it was given: the
         # arrays it reads then are the caller's, never copies a recording would hand it
-        self.deferred = inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) \
-            or inspect.isasyncgenfunction(fn)
+        body = fn.__func__ if isinstance(fn, staticmethod) else fn
+        self.deferred = inspect.isgeneratorfunction(body) or inspect.iscoroutinefunction(body) \
+            or inspect.isasyncgenfunction(body)
         self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
         self.keyed = {}             # signature -> the inputs whose values the step reads
         self.warned_inputs = self.warned_keywords = False

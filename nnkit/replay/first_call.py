@@ -162,8 +162,8 @@ def record(fn, inputs):
         raise RuntimeError(
             f"capture: the step wrote into input {k}, which shares memory with input {j}; the "
             "call ran on a copy of each, where the write did not show through the other as it "
-            "does eagerly, so nothing of it is kept (the parameters, the optimizer and the "
-            "inputs are as they were): give the step arrays of their own")
+            "does eagerly, so what it changed is put back (the inputs, and the parameters, "
+            "optimizers and buffers found before it ran): give the step arrays of their own")
     for k, (array, buffer) in enumerate(zip(given, schedule.inputs)):
         if buffer is not None:
             buffer.flags.writeable = True

@@ -369,19 +369,22 @@ def _retrace(recording, result):
 _takes_out_cache = {}
 _SHAPED = ("compress", "extract", "nonzero", "flatnonzero", "argwhere", "unique",
            "unique_values", "unique_counts", "unique_inverse", "unique_all", "bincount",
-           "repeat", "delete", "trim_zeros", "setdiff1d", "intersect1d", "union1d", "setxor1d",
+           "trim_zeros", "setdiff1d", "intersect1d", "union1d", "setxor1d",
            "histogram", "histogram_bin_edges")      # (shapes that follow the data)
+_SHAPED_BY_AN_ARRAY = ("repeat", "delete")  # when their second argument is an array
 _SHAPE_OF_ARGUMENTS = ("astype", "copy", "reshape", "transpose")    # (the signature fixes it)
 
 
 def _shape_may_follow(function, args):
     """Whether the shape of what ``function(*args)`` returns follows the data: indexing with a
-    boolean mask, ``np.where`` of a condition alone, and the functions of ``_SHAPED``."""
+    boolean mask, ``np.where`` of a condition alone, the functions of ``_SHAPED``, and
+    ``repeat`` and ``delete`` given an array of counts or positions."""
     if function in (operator.getitem, _ndarray.__getitem__):
         index = args[1] if type(args[1]) is tuple else (args[1],)
         return any(isinstance(item, _ndarray) and item.dtype == bool for item in index)
     name = getattr(function, "__name__", "")
-    return name in _SHAPED or (name == "where" and len(args) == 1)
+    return name in _SHAPED or (name == "where" and len(args) == 1) or (
+        name in _SHAPED_BY_AN_ARRAY and len(args) > 1 and isinstance(args[1], _ndarray))
 
 
 def _takes_out(function, args, kwargs, result):

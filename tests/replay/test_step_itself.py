@@ -764,6 +764,22 @@ def test_more_shapes_that_follow_the_data_after_an_optimizers_step_run_eagerly(s
     same_as_eager(build, calls)
 
 
+@pytest.mark.parametrize("shaped", [lambda y: np.repeat(y, 2), lambda y: y.repeat(2),
+                                    lambda y: np.delete(y, 0)],
+                         ids=["np.repeat", "repeat", "delete"])
+def test_repeat_and_delete_by_a_number_after_an_optimizers_step_replay(shaped):
+    # named among the functions whose shapes follow the data, they ran eagerly at every call
+    def build():
+        step, opt, model = _two_layers(lambda model, x, y: nn.SoftmaxCELoss(
+            model.l2(nn.Tanh(model.l1(x))), y))
+        return (lambda x, y: (step(x, y), shaped(y))), lambda: list(model.vars)
+
+    def calls():
+        rng = np.random.default_rng(0)
+        return [(rng.standard_normal((6, 4)), rng.integers(0, 2, 6)) for _ in range(4)]
+    assert same_as_eager(build, calls).replays == 3
+
+
 def test_arrays_shaped_by_their_arguments_after_an_optimizers_step_replay():
     # a GAN's step (the discriminator's update, then the generator's through LReLU and
     # Sigmoid, whose np.where takes no out=) ran eagerly: only a shape that follows the data
@@ -1051,7 +1067,16 @@ def test_captured_methods_keep_overrides_aliases_copies_and_class_methods_apart(
         @staticmethod
         def doubled(x):
             return nn.Sum(nn.NetVar(x, requires_grad=False)) * 2.0
+
+        @nn.capture
+        @staticmethod
+        def counted(x):                 # a generator: eager, through the class too
+            x += 1
+            yield x.sum()
     assert float(Static().doubled(_rows(5)[0]).data) == float(_rows(5)[0].sum() * 2.0)
+    x = np.zeros(3)
+    seen = [float(next(Static.counted(x))) for _ in range(3)]
+    assert seen == [3.0, 6.0, 9.0] and np.array_equal(x, [3.0, 3.0, 3.0])
 
     class Counting:
         calls = 0
