@@ -88,8 +88,10 @@ class Captured:
         if bound is None or bound.fn.__self__ is not obj:     # (a shallow copy's: the original's)
             bound = Captured(types.MethodType(self.fn, obj), self.check, self.max_signatures)
             bound.of_object = True
-            setattr(obj, key, bound) if not isinstance(held, dict) else held.__setitem__(
-                key, bound)         # (a class's mappingproxy: a classmethod's class)
+            if isinstance(held, dict):
+                held[key] = bound
+            else:                   # (a class's mappingproxy: a classmethod's class)
+                setattr(obj, key, bound)
         return bound
 
     def __repr__(self):
