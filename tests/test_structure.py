@@ -34,7 +34,8 @@ LAYERS = [
     ["ops.surface"],                    # NetVar's operators and methods, over every family
     ["ops"],
     ["autodiff"],                       # grad(): gradients as values, gradients of gradients
-    ["optim.flat"],                     # small parameters updated together
+    ["optim.flat",                      # small parameters updated together
+     "optim.saving"],                   # an optimizer as plain data (state_dict)
     ["optim.base"],
     ["optim.gd", "optim.adam", "optim.nesterov", "optim.rmsprop", "optim.adagrad",
      "optim.modifiers", "optim.schedules"],
