@@ -48,15 +48,18 @@ def _operator(cls):
     new, function, fill = object.__new__, cls.function, own_code(link)
 
     def apply(a, b):
-        if isinstance(b, NetVar):
+        if type(b) is _ndarray and b.dtype.kind == "f":
+            c = b                   # a float array is kept as it is (``kept``): tested first
+        elif isinstance(b, NetVar):
             try:
                 y = function(a._data, b._data)
             except (ValueError, TypeError):
                 return cls(a, b)
             return fill(new(cls), y, a, b)
-        c = kept(a, b)
-        if c is None:
-            return cls(a, b)
+        else:
+            c = kept(a, b)
+            if c is None:
+                return cls(a, b)
         try:
             y = function(a._data, c)
         except (ValueError, TypeError):
