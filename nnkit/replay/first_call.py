@@ -67,37 +67,7 @@ def record(fn, inputs):
     """Run ``fn(*inputs)`` eagerly while recording: ``(schedule, result)``, or Unrecordable
     (the step ran eagerly all the same; its result is the exception's ``result``)."""
     world = World(fn, inputs)
-    arrays = [leaf._data for leaf in world.leaves] + [
-        value._data if isinstance(value, NetVar) else value for value in inputs
-        if isinstance(value, NetVar) or backend.is_array(value)]
-    if any(not isinstance(array, _ndarray) for array in arrays):
-        raise NotRecorded("capture records steps on NumPy arrays; on a GPU the step runs as "
-                          "it is (docs/capture.md)")
-    for leaf in world.leaves:
-        if leaf._g is not None and gradient_only_read(leaf):
-            raise NotRecorded(f"the gradient of {leaf._describe()} is the zeros reading "
-                              "its .g made, which its optimizer skips as no gradient and "
-                              "a replay could not tell from one: this call runs eagerly",
-                              lasting=False)
-    for k, value in enumerate(inputs):
-        if isinstance(value, NetVar) and value._parents:
-            raise NotRecorded(f"input {k} is a node computed by an op, with a graph: back() "
-                              "inside the step would go on into it, which a replay cannot "
-                              "do; give x.detach() (or its data)")
-    for k, value in enumerate(inputs):
-        array = value._data if isinstance(value, NetVar) else value
-        if isinstance(array, _ndarray) and not _copied_as_laid_out(array):
-            raise NotRecorded(f"input {k} is laid out in memory as no copy of it is (negative "
-                              "strides, gaps between elements, a broadcast, an odd address), "
-                              "and the bits of a sum follow the layout: pass "
-                              "numpy.ascontiguousarray(x)")
-    for k in world.inputs_held:
-        raise NotRecorded(f"input {k} is a parameter of the step's model or optimizer: a "
-                          "replay's copy of it would not see the optimizer's update")
-    for k, value in enumerate(inputs):
-        if isinstance(value, NetVar) and any(value is other for other in inputs[:k]):
-            raise NotRecorded(f"input {k} is a node given earlier too: each input is "
-                              "copied into a buffer of its own")
+    _check_inputs(world, inputs)
     state = _state_arrays(world, inputs)
     arrays = [(k, value._data if isinstance(value, NetVar) else value)
               for k, value in enumerate(inputs)]
@@ -153,6 +123,68 @@ def record(fn, inputs):
     schedule.counters = [(owner, name, getattr(owner, name) - value)
                          for owner, name, value in counters]
     _take_out(schedule, rec, inputs)
+    _inputs_written(schedule, rec, given, handed, apart, before_call)
+    gc.collect()        # the recorded graph's cycles: freed now, not amid later steps
+    moved = failed_guard(world.guards)
+    if moved:           # the step itself changed what it reads: a counter, a schedule
+        rec.refuse(f"the step changes Python state a replay would not: {moved}")
+    ignore = {(id(owner), name) for owner, name, _ in schedule.counters}
+    for holder, name in changed(before, world.snapshot(optimizers=True), ignore):
+        owner = ("a parameter group of an optimizer" if isinstance(holder, dict)
+                 else type(holder).__name__)
+        rec.refuse(f"the step changed {owner}'s {name}, which a replay would not (change "
+                   "it between calls: a schedule's step() outside the captured step)")
+    eager_result = _handed_out(schedule.outputs)
+    if error is not None:
+        raise error
+    if rec.refusals:
+        refusal = Unrecordable("; ".join(rec.refusals))
+        refusal.result = eager_result
+        raise refusal
+    _compile(schedule, rec, world, met, state, entry_grads)
+    return schedule, eager_result
+
+
+def _check_inputs(world, inputs):
+    """Refuse (NotRecorded) a call whose inputs or parameters no replay could take."""
+    arrays = [leaf._data for leaf in world.leaves] + [
+        value._data if isinstance(value, NetVar) else value for value in inputs
+        if isinstance(value, NetVar) or backend.is_array(value)]
+    if any(not isinstance(array, _ndarray) for array in arrays):
+        raise NotRecorded("capture records steps on NumPy arrays; on a GPU the step runs as "
+                          "it is (docs/capture.md)")
+    for leaf in world.leaves:
+        if leaf._g is not None and gradient_only_read(leaf):
+            raise NotRecorded(f"the gradient of {leaf._describe()} is the zeros reading "
+                              "its .g made, which its optimizer skips as no gradient and "
+                              "a replay could not tell from one: this call runs eagerly",
+                              lasting=False)
+    for k, value in enumerate(inputs):
+        if isinstance(value, NetVar) and value._parents:
+            raise NotRecorded(f"input {k} is a node computed by an op, with a graph: back() "
+                              "inside the step would go on into it, which a replay cannot "
+                              "do; give x.detach() (or its data)")
+    for k, value in enumerate(inputs):
+        array = value._data if isinstance(value, NetVar) else value
+        if isinstance(array, _ndarray) and not _copied_as_laid_out(array):
+            raise NotRecorded(f"input {k} is laid out in memory as no copy of it is (negative "
+                              "strides, gaps between elements, a broadcast, an odd address), "
+                              "and the bits of a sum follow the layout: pass "
+                              "numpy.ascontiguousarray(x)")
+    for k in world.inputs_held:
+        raise NotRecorded(f"input {k} is a parameter of the step's model or optimizer: a "
+                          "replay's copy of it would not see the optimizer's update")
+    for k, value in enumerate(inputs):
+        if isinstance(value, NetVar) and any(value is other for other in inputs[:k]):
+            raise NotRecorded(f"input {k} is a node given earlier too: each input is "
+                              "copied into a buffer of its own")
+
+
+def _inputs_written(schedule, rec, given, handed, apart, before_call):
+    """After the recorded call: each input the step wrote into written back into the caller's
+    array (``given``), as eager, or the call refused: a write capture did not see; a write
+    into one of two inputs sharing memory (``apart``), which first puts back what the call
+    changed (``before_call``) and raises. Integer inputs no operation read are refused."""
     # (against what it was handed: the caller's array may have changed otherwise)
     written = [k for k, (buffer, was) in enumerate(zip(schedule.inputs, handed))
                if buffer is not None and buffer.tobytes() != was.tobytes()]
@@ -181,23 +213,11 @@ def record(fn, inputs):
                        "index itself (table[y], np.take(table, y) with a plain table), "
                        "without asking it; index a node (nn.constant(table)[y] built "
                        "outside the step, nn.layers.Embedding) or pass the table too")
-    gc.collect()        # the recorded graph's cycles: freed now, not amid later steps
-    moved = failed_guard(world.guards)
-    if moved:           # the step itself changed what it reads: a counter, a schedule
-        rec.refuse(f"the step changes Python state a replay would not: {moved}")
-    ignore = {(id(owner), name) for owner, name, _ in schedule.counters}
-    for holder, name in changed(before, world.snapshot(optimizers=True), ignore):
-        owner = ("a parameter group of an optimizer" if isinstance(holder, dict)
-                 else type(holder).__name__)
-        rec.refuse(f"the step changed {owner}'s {name}, which a replay would not (change "
-                   "it between calls: a schedule's step() outside the captured step)")
-    eager_result = _handed_out(schedule.outputs)
-    if error is not None:
-        raise error
-    if rec.refusals:
-        refusal = Unrecordable("; ".join(rec.refusals))
-        refusal.result = eager_result
-        raise refusal
+
+
+def _compile(schedule, rec, world, met, state, entry_grads):
+    """Fill ``schedule`` from the recording ``rec`` of a call that raised and refused nothing:
+    the program a replay runs, and what its guards compare before each replay."""
     schedule.midway = [(before, key, plain(value) if type(value) is Traced else
                         value - old if type(value) is int else value)
                        for before, key, value, old in rec.changes]
@@ -224,7 +244,6 @@ def record(fn, inputs):
     schedule.data = [(leaf, leaf._data) for leaf in schedule.leaves]
     schedule.draws = any(step[0] is _draw for step in rec.program)
     schedule.keyed = tuple(sorted(rec.keyed))
-    return schedule, eager_result
 
 
 def _swap(schedule, holder, attribute, twin):
