@@ -86,6 +86,10 @@ class Module:
     # Old dotted name → current one, relative to the module, of what this class once named
     # otherwise: checkpoints and states written before the rename still load (former_names).
     renamed = {}
+    # The attributes forward sets to nodes of its last call, to read after it (FFN's output):
+    # nn.capture lets a step set them, and a replay, which builds no nodes, leaves in each a
+    # marker that says so when it is used (docs/capture.md).
+    last_call = ()
 
     def __init_subclass__(cls, **keywords):
         super().__init_subclass__(**keywords)

@@ -45,6 +45,7 @@ class FFN(Module):
     """
 
     members_are_arguments = True      # a computed argument or the FFN inside itself is refused
+    last_call = ("output",)           # what back() starts from (Module.last_call)
 
     def __init__(self, *topology):
         self.topology = list(topology)

@@ -40,6 +40,7 @@ class SequenceModel(Module):
     still load; ``model.W`` etc. still read and assign, with a DeprecationWarning naming the new
     place).
     """
+    last_call = ("recurrent", "output")     # final_state reads them (Module.last_call)
     renamed = {"table": "embedding.table", "W": "rnn.W", "R": "rnn.R", "b": "rnn.b",
                "Wo": "head.W", "bo": "head.b"}
 

@@ -133,7 +133,7 @@ class Captured:
                               "mask; a list or dict could change behind a replay's back)",
                               stacklevel=3)
             return self.fn(*inputs)
-        keyed = self.keyed.get(key, ())
+        plain_key, keyed = key, self.keyed.get(key, ())
         if keyed:
             key = key + (_contents(inputs, keyed),)
         schedule = self.schedules.get(key)
@@ -175,7 +175,7 @@ class Captured:
         if schedule is not None:
             new.records_in_a_row = schedule.records_in_a_row
         if not set(new.keyed) <= set(keyed):    # the recording read these inputs' values
-            plain_key = signature(inputs)
+            # (under the signature at entry: the call may have given a node input a gradient)
             keyed = self.keyed[plain_key] = tuple(sorted(set(keyed) | set(new.keyed)))
             for old in [k for k in self.schedules if k[:len(plain_key)] == plain_key]:
                 del self.schedules[old]

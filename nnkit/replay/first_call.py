@@ -15,8 +15,9 @@ import numpy
 from .. import backend, core
 from ..arraylike import gradient_only_read
 from ..core import NetVar, constant
+from ..module import Module
 from ..optim.base import Optimizer
-from .instructions import _draw, _live_step, _root, live_step_of
+from .instructions import _draw, _live_step, _root, live_step_of, own_copies
 from .program import program, written
 from .record import Recording, Traced, Unrecordable, patched, plain
 from .schedule import Schedule, _entry_grads, _groups, _handed_out
@@ -122,6 +123,8 @@ def record(fn, inputs):
                             if isinstance(value, NetVar) and type(value._g) is Traced]
     schedule.counters = [(owner, name, getattr(owner, name) - value)
                          for owner, name, value in counters]
+    schedule.last_calls = [(module, name) for module in world.modules     # (Module.last_call)
+                           for name in type(module).last_call if _made(module, name, start)]
     _take_out(schedule, rec, inputs)
     _inputs_written(schedule, rec, given, handed, apart, before_call)
     gc.collect()        # the recorded graph's cycles: freed now, not amid later steps
@@ -132,6 +135,11 @@ def record(fn, inputs):
     for holder, name in changed(before, world.snapshot(optimizers=True), ignore):
         owner = ("a parameter group of an optimizer" if isinstance(holder, dict)
                  else type(holder).__name__)
+        if isinstance(holder, Module) and _made(holder, name, start):
+            rec.refuse(f"the step set {owner}.{name} to a node it made, which a replay, "
+                       f"making no nodes, would not: declare last_call = ({name!r},) on "
+                       f"{owner} to replay it (docs/capture.md, 'Ops and capture')")
+            continue
         rec.refuse(f"the step changed {owner}'s {name}, which a replay would not (change "
                    "it between calls: a schedule's step() outside the captured step)")
     eager_result = _handed_out(schedule.outputs)
@@ -143,6 +151,12 @@ def record(fn, inputs):
         raise refusal
     _compile(schedule, rec, world, met, state, entry_grads)
     return schedule, eager_result
+
+
+def _made(module, name, start):
+    """Whether ``module.name`` holds a node the step made (created from index ``start`` on)."""
+    value = getattr(module, name, None)
+    return isinstance(value, NetVar) and value.index >= start
 
 
 def _check_inputs(world, inputs):
@@ -334,7 +348,10 @@ def _run(rec, met, fn, inputs, world):
                        "could not tell from a gradient of zeros; read .g after the call")
         rec.paused = True
         try:
+            copies = own_copies(optimizer, params)      # (as a replay hands them)
             live_step(optimizer)
+            for g, own in copies:
+                numpy.copyto(g, own)
         finally:
             rec.paused = False
             for p, twin in zip(params, twins):

@@ -100,8 +100,14 @@ def failed_guard(guards):
             if value is not array or not _same_contents(array, contents):
                 return f"{where} (an array) changed"
         elif type(value) is not type(expected) or not _equal(value, expected):
-            return f"{where} changed from {expected!r} to {value!r}"
+            return f"{where} changed from {_short(expected)} to {_short(value)}"
     return None
+
+
+def _short(value):
+    """``repr(value)``, cut to 80 characters (a node's shows its data)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _items(container):

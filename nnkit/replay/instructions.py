@@ -119,7 +119,28 @@ def _draw(rng, xp, name, args, kwargs, target):
 def _live_step(step, optimizer, grads):
     for p, g, shared in grads:
         p._g, p._gshared = g, shared
+    copies = own_copies(optimizer, [p for p, _, _ in grads])
     step(optimizer)
+    for g, copy in copies:
+        numpy.copyto(g, copy)
+
+
+def own_copies(optimizer, params):
+    """Before ``optimizer`` steps on gradients a replay computes into again at every call: when
+    it or one of its modifiers is a user's (nnkit's own keep nothing they are handed: tests/
+    replay/test_kept_between_calls.py), each parameter's gradient made a copy of its own, as
+    eager's arrays are, so that what it keeps is never overwritten. Returns ``(gradient,
+    copy)`` pairs: what the step wrote into a copy is copied back where the program reads it."""
+    if all(type(holder).__module__.startswith("nnkit.")
+           for holder in [optimizer, *optimizer.modifiers]):
+        return ()
+    copies = []
+    for p in params:
+        g = p._g
+        if g is not None and getattr(p, "_gread", None) is not g:   # (zeros a read made)
+            p._g, p._gshared = g.copy(), True
+            copies.append((g, p._g))
+    return copies
 
 
 def live_step_of(function, args):

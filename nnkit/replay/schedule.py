@@ -28,6 +28,7 @@ class Schedule:
     homed = False               # its gradients computed into the optimizer's flat arrays
     midway = ()                 # (instructions run before it, what, value): see _hand_out
     read_after_step = False     # an instruction after an optimizer's step reads an input
+    last_calls = ()             # (module, name): a node of the last call it keeps (last_call)
 
     # -- a replay
     def stale(self):
@@ -43,7 +44,7 @@ class Schedule:
         if [leaf.requires_grad for leaf in self.leaves] != self.wants:
             return "a parameter's requires_grad was changed"
         if _groups(self.world.optimizers) != self.groups:
-            return "an optimizer's parameters or groups changed"
+            return "an optimizer's parameters, groups or modifiers changed"
         held = self.world.held()
         if len(held) != len(self.held) or not all(map(operator.is_, held, self.held)):
             differences = changed(self.snapshot, self.world.snapshot())
@@ -102,6 +103,8 @@ class Schedule:
         instruction raised (``done`` of them ran), what eager held then (the parameters'
         gradients those instructions wrote, ``_hand_out_midway``)."""
         ran = self.writers
+        for module, name in self.last_calls:
+            setattr(module, name, Replayed(f"{type(module).__name__}.{name}"))
         for leaf, buffer in self.grads_out:
             if ran.get(id(buffer), -1) < done:
                 leaf._g, leaf._gshared = buffer.copy(), True
@@ -362,6 +365,30 @@ class Schedule:
             leaf._g, leaf._gshared = (None, shared) if g is None else (g.copy(), shared)
 
 
+class Replayed:
+    """What a Module's ``last_call`` attribute holds after a replay, which builds no nodes:
+    any use of it raises AttributeError, naming the attribute and the way to get its value
+    (an AttributeError: ``hasattr`` and the walks over a model take it as no node)."""
+    __slots__ = ("where",)
+
+    def __init__(self, where):
+        self.where = where
+
+    def __reduce__(self):           # (copies and pickles of a model keep it)
+        return Replayed, (self.where,)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "where":    # (copy's and pickle's probes)
+            raise AttributeError(name)
+        raise AttributeError(
+            f"{self.where}: the last call was a replay of nn.capture, which builds no nodes, so "
+            f"it holds none (reading .{name}); return what you need from the captured step "
+            "(its loss, the model's final_state), or call the model outside it")
+
+    def __repr__(self):
+        return f"<{self.where} after a replay of nn.capture: no node>"
+
+
 def _put_back(held, saved):
     """What held ``saved``'s values (an array), with them again; else a copy of ``saved``."""
     if type(held) is _ndarray and type(saved) is _ndarray and held.shape == saved.shape and \
@@ -377,9 +404,10 @@ def _recording(optimizer):
 
 
 def _groups(optimizers):
-    """Each optimizer's parameters, group by group (by identity)."""
-    return [[[id(p) for p in group["params"]] for group in optimizer.param_groups]
-            for optimizer in optimizers]
+    """Each optimizer's parameters, group by group, and its modifiers (by identity): a modifier
+    attached since the recording is met by a recording of its own, which sees what it keeps."""
+    return [([[id(p) for p in group["params"]] for group in optimizer.param_groups],
+             [id(modifier) for modifier in optimizer.modifiers]) for optimizer in optimizers]
 
 
 def _entry_grads(leaves, before=None):

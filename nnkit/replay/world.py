@@ -267,7 +267,7 @@ class World:
         _, seen = self._seen_names.setdefault(id(value), (value, set()))   # (kept alive)
         names = frozenset(names) - seen
         seen |= names                       # each attribute of an object read once
-        for name in names:
+        for name in names - set(_changing(value) if isinstance(value, Module) else ()):
             try:
                 static = inspect.getattr_static(value, name)
             except AttributeError:
@@ -364,9 +364,11 @@ def _as_floats(options):
 
 
 def _changing(holder):
-    """The attributes a step changes by design: an owner's buffers and counters (NetOp)."""
-    return getattr(type(holder), "buffers", ()) + getattr(type(holder), "counters", ()) \
-        if not isinstance(holder, Module) else ()
+    """The attributes a step changes by design: an owner's buffers and counters (NetOp), a
+    Module's nodes of its last call (``last_call``)."""
+    if isinstance(holder, Module):
+        return type(holder).last_call
+    return getattr(type(holder), "buffers", ()) + getattr(type(holder), "counters", ())
 
 
 def _where(code):
