@@ -18,8 +18,9 @@ SMALL = 1 << 15         # elements: a parameter up to this size joins a run
 RUN_MOST = 1 << 18      # elements in one run (its flat copies of gradients and parameters)
 
 
-class _Flat:
-    """What ``_update(p, g, state)`` reads of a parameter: ``p._data``, here the run's."""
+class FlatParameter:
+    """What ``_update(p, g, state)`` reads of a parameter: ``p._data``, here the run's (the
+    parameters of a run, as one; ``nn.capture`` takes it as a parameter, not a setting)."""
     __slots__ = ("_data",)
 
 
@@ -209,7 +210,7 @@ def update(optimizer, run):
         if into is not item[3]:     # (a replay computes it there: gradient_homes)
             into[...] = item[3]     # (a copy per array: faster than concatenate's out=)
         at[...] = item[1]._data
-    flat = _Flat()
+    flat = FlatParameter()
     flat._data = kept.params
     optimizer._update(flat, kept.grads, state)
     updated = kept.param_views if flat._data is kept.params else kept.split(flat._data)

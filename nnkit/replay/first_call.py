@@ -103,6 +103,8 @@ def record(fn, inputs):
             rec.watch(("input", k, "_g"), value, "_g")
     met = Meeting()
     result, error = _run(rec, met, fn, traced_inputs, world)
+    for holder, attribute, array in schedule.earlier:
+        setattr(holder, attribute, array)
     rec.note_changes()
     for optimizer in met.optimizers:        # kept where only the step's code finds it
         world._add(optimizer, world.optimizers)
@@ -127,6 +129,13 @@ def record(fn, inputs):
                            for name in type(module).last_call if _made(module, name, start)]
     _take_out(schedule, rec, inputs)
     _inputs_written(schedule, rec, given, handed, apart, before_call)
+    earlier = sorted({source[1] for *_, sources in rec.program for source in sources
+                      if type(source) is tuple and source[0] == "earlier"})
+    if earlier:
+        rec.refuse(f"the step reads {earlier[0]}, a node of the call before, which a replay "
+                   "would not see change: return what the next call needs from the step and "
+                   "pass it in (return loss, *model.final_state; give the next call their "
+                   "detached copies as its state)")
     gc.collect()        # the recorded graph's cycles: freed now, not amid later steps
     moved = failed_guard(world.guards)
     if moved:           # the step itself changed what it reads: a counter, a schedule
@@ -303,11 +312,39 @@ def _hand_in(schedule, rec, inputs):
         _swap(schedule, leaf, "_data", rec.traced_view(leaf._data))
         if leaf._g is not None:
             _enter(schedule, rec, leaf, "_g")
+    schedule.earlier = []       # the arrays of a call before's nodes (Module.last_call):
+    for module in schedule.world.modules:     # what reads them is refused (see record)
+        for name in type(module).last_call:
+            for holder, attribute in _arrays_kept(getattr(module, name, None)):
+                array = getattr(holder, attribute)
+                if id(_root(array)) in rec.sources:     # (a parameter's data, viewed)
+                    continue
+                rec.vary(array, ("earlier", f"{type(module).__name__}.{name}"))
+                schedule.earlier.append((holder, attribute, array))
+                setattr(holder, attribute, rec.traced_view(array))
     for owner in schedule.world.owners:
         for name in type(owner).buffers:
             if isinstance(getattr(owner, name, None), _ndarray):
                 _enter(schedule, rec, owner, name)
     return traced
+
+
+def _arrays_kept(value):
+    """``(holder, attribute)`` of each array the node ``value`` holds, and the nodes it holds
+    (a recurrent op's ``final`` reads the op's ``hidden``)."""
+    if not isinstance(value, NetVar):
+        return []
+    nodes = [value] + [node for node in _attributes(value).values()
+                       if isinstance(node, NetVar) and node is not value]
+    return [(node, name) for node in nodes for name, array in _attributes(node).items()
+            if type(array) is _ndarray]
+
+
+def _attributes(value):
+    """The attributes ``value`` holds in its slots and its dict, by name."""
+    names = [name for cls in type(value).__mro__ for name in getattr(cls, "__slots__", ())
+             if name != "__weakref__"] + list(getattr(value, "__dict__", ()))
+    return {name: getattr(value, name) for name in names if hasattr(value, name)}
 
 
 def _enter(schedule, rec, holder, attribute):

@@ -22,9 +22,16 @@ class ReplayStopped(RuntimeError):
 
 
 def _root(array):
-    while array.base is not None and isinstance(array.base, _ndarray):
-        array = array.base
-    return array
+    """The array whose memory ``array`` views (itself when it owns it), also through the
+    stand-in NumPy's ``as_strided`` keeps as a base (``sliding_window_view``)."""
+    while True:
+        base = array.base
+        if isinstance(base, _ndarray):
+            array = base
+        elif isinstance(getattr(base, "base", None), _ndarray):    # (as_strided's DummyArray)
+            array = base.base
+        else:
+            return array
 
 
 def _paths(value, array_type=_ndarray, path=()):

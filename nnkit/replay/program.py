@@ -135,7 +135,7 @@ def _shared(instructions, pinned, trusted):
                         for w in writes):
                     fresh.add(key)
     movable = [key for key in fresh if key not in pinned and roots[key].flags.c_contiguous
-               and roots[key].nbytes > 0]
+               and roots[key].nbytes > 0 and not roots[key].dtype.hasobject]    # (references)
     homes = _homes(sorted(movable, key=first.get), first, last, roots)
     moved = {}
     for key, memory in homes.items():

@@ -303,6 +303,8 @@ class Schedule:
             key = ("entry", id(holder), attribute)
             objects[key] = getattr(holder, attribute)
             state[key] = numpy.array(objects[key])
+        for module, name in self.last_calls:        # eager's nodes, or a replay's marker
+            objects[("last call", id(module), name)] = getattr(module, name, None)
         for optimizer in self.world.optimizers:
             state[("optimizer", id(optimizer))] = copy.deepcopy(optimizer.state)
             objects[("optimizer", id(optimizer))] = [(each, dict(each)) for each in optimizer.state]
@@ -348,6 +350,8 @@ class Schedule:
         for holder, attribute, _ in self.entries:
             key = ("entry", id(holder), attribute)
             setattr(holder, attribute, _put_back(objects[key], state[key]))
+        for module, name in self.last_calls:
+            setattr(module, name, objects[("last call", id(module), name)])
         for optimizer in self.world.optimizers:
             saved = state[("optimizer", id(optimizer))]
             optimizer.state[:] = [held for held, _ in objects[("optimizer", id(optimizer))]]

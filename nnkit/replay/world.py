@@ -32,6 +32,7 @@ from .. import backend
 from ..core import NetVar
 from ..module import Module, walk
 from ..optim.base import Optimizer
+from ..optim.flat import FlatParameter
 from .guards import _LONGEST, _MISSING, _SEQUENCES, _VALUES, _items, _shallow, guard
 
 _ndarray = numpy.ndarray
@@ -119,7 +120,8 @@ class World:
             if live and isinstance(value, (list, tuple)) and all(
                     item is None or backend.is_array(item) for item in value):
                 continue
-            self._visit(value, f"{where}: argument {name}", None, 2, names)
+            self._visit(value, f"{where}: argument {name}", None, 2,
+                        _own_names(value, frame.f_code, names))
 
     def met_return(self, frame, value):
         """What a function of the step's returned (``cfg = get_config()``), read with the
@@ -152,8 +154,9 @@ class World:
         self._seen.add(key)
         self._kept.append(fn)               # its id stays its own while the world is built
         if isinstance(fn, types.MethodType):
+            code = fn.__func__.__code__
             self._visit(fn.__self__, f"{where}.__self__", None, depth + 1,
-                        _attribute_names(fn.__func__.__code__))
+                        _own_names(fn.__self__, code, _attribute_names(code)))
             fn = fn.__func__
         if not isinstance(fn, types.FunctionType):
             if callable(fn) and not isinstance(fn, type):
@@ -209,8 +212,10 @@ class World:
             if depth < _DEEPEST:        # what the code names: its rate, its groups
                 self._visit_attributes(value, where, depth, names)
         elif isinstance(value, NetVar):
-            if not value._parents:
+            if getattr(value, "_parents", None) == ():     # (unset: an op's own __init__ met)
                 self._add(value, self.leaves)
+        elif isinstance(value, FlatParameter):     # a run of parameters an optimizer updates
+            pass
         elif isinstance(value, (list, tuple, dict)):
             if depth < _DEEPEST and len(value) <= _LONGEST:
                 for key, item in _items(value).items():
@@ -267,7 +272,9 @@ class World:
         _, seen = self._seen_names.setdefault(id(value), (value, set()))   # (kept alive)
         names = frozenset(names) - seen
         seen |= names                       # each attribute of an object read once
-        for name in names - set(_changing(value) if isinstance(value, Module) else ()):
+        # (an owner's buffers and counters: state a step changes by design, not settings; a
+        # Module's last_call node named by the step's code is guarded: the call before's)
+        for name in names - set(() if isinstance(value, Module) else _changing(value)):
             try:
                 static = inspect.getattr_static(value, name)
             except AttributeError:
@@ -285,8 +292,10 @@ class World:
                     reader = (lambda o=value, n=name: getattr(o, n))   # which function it is
                     self.guards.append((f"{where}.{name}", reader, reader(), "equal"))
                 continue
-            if isinstance(static, property):                # its getter's code
-                if isinstance(static.fget, types.FunctionType):
+            if isinstance(static, property):                # its getter's code (not nnkit's
+                if isinstance(static.fget, types.FunctionType) and not (   # on its own classes)
+                        isinstance(value, (Module, Optimizer))
+                        and _skipped(static.fget.__module__, _SKIPPED_CODE)):
                     self._read_function(types.MethodType(static.fget, value),
                                         f"{where}.{name}", depth + 1)
                 continue
@@ -399,6 +408,16 @@ def _imported(code):
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _imported(const)
+    return names
+
+
+def _own_names(value, code, names):
+    """``names``, the attribute names ``code`` reads, as read of ``value``: less the nodes a
+    Module's forward sets for reading after the call (``last_call``) when ``code`` is that
+    forward (the step's own code naming them is guarded: it would read the call before's)."""
+    if isinstance(value, Module) and code is getattr(
+            getattr(type(value), "forward", None), "__code__", None):
+        return set(names) - set(type(value).last_call)
     return names
 
 

@@ -328,3 +328,52 @@ def test_a_module_of_a_users_own_keeping_its_last_output_runs_eagerly_saying_how
         train(np.ones((2, 3), np.float32))
     assert train.replays == 2, train
     assert "after a replay" in repr(model.output)
+
+
+def test_after_a_first_replay_that_differed_the_model_keeps_eagers_nodes():
+    # the check of the first replay puts back eager's state when the replay differs; the nodes
+    # a Module keeps were left as the replay's marker: final_state raised after a call that
+    # had run eagerly, and so did the next call reading it
+    noise = np.random.default_rng(1)        # the step's own generator: its replay differs
+    nn.seed(0)
+    model = nn.SequenceModel(2, 5, 3, cell="lstm")
+    opt = nn.Adam(model.vars, lr=0.01)
+
+    @nn.capture
+    def step(x, t):
+        x = x + noise.standard_normal(x.shape).astype(np.float32)
+        loss = nn.SoftmaxCELoss(model(x), t)
+        loss.back()
+        opt.step()
+        return loss
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step(rng.standard_normal((4, 3, 2)).astype(np.float32), rng.integers(0, 3, (4, 3)))
+        h, c = model.final_state
+        assert h.shape == c.shape == (3, 5)
+    assert step.replays == 0, step
+
+
+def test_a_step_reading_the_node_of_the_call_before_runs_eagerly():
+    # the recording read the data of final_state's nodes, made by the call before, as
+    # constants; a replay would have gone on reading them (only the check of the first
+    # replay, comparing values, stood in the way)
+    nn.seed(0)
+    lm = nn.SequenceModel(7, 4, 7, cell="gru", embedding=3, seed=0)
+    opt = nn.GD(lm.vars, lr=0.1)
+    rng = np.random.default_rng(4)
+    lm(rng.integers(0, 7, (5, 2)))          # a call before: final_state holds its nodes
+
+    @nn.capture
+    def step(tokens):
+        state = tuple(s.detach() for s in lm.final_state)
+        loss = nn.SoftmaxCELoss(lm(tokens[:-1], state=state), tokens[1:])
+        loss.back()
+        opt.step()
+        return loss
+    with pytest.warns(UserWarning, match=r"reads SequenceModel\.recurrent, a node of the call "
+                                         "before"):
+        step(rng.integers(0, 7, (5, 2)))
+    assert step.replays == 0

@@ -1,0 +1,185 @@
+"""Never stale, and never a crash, through code users write themselves as docs/contributing.md
+teaches: their own ops (one output or several), an elementwise optimizer, an object declaring
+the state it changes, and NumPy's ways of viewing an input (``sliding_window_view``) or of
+computing with Python objects (``frompyfunc``).
+
+Each scenario runs eagerly and captured from the same seed: what each call returns and the
+parameters after it must be the same bits, and the captured step must replay.
+"""
+import warnings
+
+import numpy as np
+
+import nnkit as nn
+from nnkit import NetOp, backend
+from nnkit.core import Output
+
+
+def _same_as_eager(build, calls, replays):
+    """``build()`` returns ``(step, params)``; each of ``calls`` is an argument tuple. Both
+    runs must give the same bits; the captured step must replay at least ``replays`` times."""
+    runs, step = [], None
+    for captured in (False, True):
+        nn.seed(0)
+        step, params = build()
+        step = nn.capture(step) if captured else step
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for args in calls:
+                seen.append(np.array(step(*args).data))
+                seen += [p.data.copy() for p in params]
+        runs.append(seen)
+    assert len(runs[0]) == len(runs[1])
+    for position, (a, b) in enumerate(zip(*runs)):
+        assert a.dtype == b.dtype and np.array_equal(a, b), f"array {position} differs"
+    assert step.replays >= replays, step
+    return step
+
+
+def _batches(count=5, shape=(3, 4), seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(shape).astype(np.float32),) for _ in range(count)]
+
+
+class MyTanh(NetOp):
+    """y = tanh(x);  dx = g · (1 − y²)  (docs/contributing.md's example)"""
+    __slots__ = ()
+
+    def __init__(self, x):
+        super().__init__(backend.array_module(x.data).tanh(x.data), x)
+
+    def _back(self, x):
+        x.accumulate(self.g * (1 - self.data ** 2))
+
+
+class SquareAndCube(NetOp):
+    """y₀ = x², y₁ = x³ (output 1);  dx = g₀ · 2x + g₁ · 3x²  (docs/contributing.md's)"""
+    n_outputs = 2
+
+    def __new__(cls, x):
+        op = super().__new__(cls)
+        op.__init__(x)
+        return op, Output(op, 1, x.data ** 3)
+
+    def __init__(self, x):
+        super().__init__(x.data ** 2, x)
+
+    def _back(self, x):
+        dx = self.g * 2 * x.data
+        cube = self.output_grads().get(1)
+        x.accumulate(dx if cube is None else dx + cube * 3 * x.data ** 2)
+
+
+def _linear_step(loss_of, optimizer=nn.GD):
+    def build():
+        layer = nn.layers.Linear(4, 2)
+        opt = optimizer(layer.vars, lr=0.1)
+
+        def step(x):
+            loss = loss_of(layer(x))
+            loss.back()
+            opt.step()
+            return loss
+        return step, layer.vars
+    return build
+
+
+def test_an_op_of_a_users_own_replays_as_eager():
+    # the recording reads the arguments of each function of the user's it enters, and met
+    # the op's own __init__ before NetOp's had set its parents: AttributeError '_parents'
+    _same_as_eager(_linear_step(lambda h: MyTanh(h).sum()), _batches(), replays=4)
+
+
+def test_an_op_of_a_users_own_with_two_outputs_replays_as_eager():
+    def loss_of(h):
+        square, cube = SquareAndCube(h)
+        return (square + cube).sum()
+    _same_as_eager(_linear_step(loss_of), _batches(), replays=4)
+
+
+class Descent(nn.Optimizer):
+    """p −= lr · g, declared elementwise as docs/contributing.md recommends."""
+    elementwise = True
+
+    def _update(self, p, g, state):
+        p._data -= self.lr * g
+
+
+def test_an_elementwise_optimizer_of_a_users_own_replays():
+    # the runs of small parameters it updates together were read as a settings object whose
+    # array the update changed: the step ran eagerly, saying it changed p._data
+    _same_as_eager(_linear_step(lambda h: (h * h).sum(), Descent), _batches(), replays=4)
+
+
+class RunningMean:
+    """State an op-like object of a user's changes at each call, declared (contributing.md)."""
+    buffers = ("mean",)
+    counters = ("count",)
+
+    def __init__(self):
+        self.mean = np.zeros(2, np.float32)
+        self.count = 0
+
+
+class Centered(nn.Module):
+    def __init__(self):
+        self.layer = nn.layers.Linear(4, 2)
+        self.stats = RunningMean()
+
+    def forward(self, x):
+        h = self.layer(x)
+        self.stats.mean *= 0.9
+        self.stats.mean += 0.1 * h.data.mean(axis=0)
+        self.stats.count += 1
+        return h - nn.constant(self.stats.mean)
+
+
+def test_an_objects_declared_counter_advanced_by_a_users_forward_replays():
+    # `stats.count += 1` in the user's forward read the counter as a setting, which the
+    # step then changed: every step ran eagerly, saying so of a declared counter
+    def build():
+        model = Centered()
+        opt = nn.GD(model.vars, lr=0.1)
+
+        def step(x):
+            loss = (model(x) ** 2).sum()
+            loss.back()
+            opt.step()
+            return loss
+        build.model = model
+        return step, model.vars
+    _same_as_eager(build, _batches(), replays=4)
+    assert build.model.stats.count == 5
+
+
+def test_windows_of_an_input_follow_the_input():
+    # sliding_window_view's view keeps NumPy's stand-in object as its base, where the search
+    # for the array whose memory it views stopped: the sums over windows of the input were
+    # taken for constants, computed once at the recording (the check of the first replay,
+    # made on the same batch, passed)
+    windows = np.lib.stride_tricks.sliding_window_view
+    batches = _batches()
+    batches = [batches[0]] + batches
+
+    def build():
+        layer = nn.layers.Linear(2, 1)
+        opt = nn.GD(layer.vars, lr=0.01)
+
+        def step(x):
+            features = np.ascontiguousarray(windows(x, 3, axis=1).sum(-1))   # (3, 2)
+            loss = (layer(features) ** 2).sum()
+            loss.back()
+            opt.step()
+            return loss
+        return step, layer.vars
+    _same_as_eager(build, batches, replays=4)
+
+
+def test_an_array_of_python_objects_made_in_the_step_replays():
+    # np.frompyfunc's result holds references; the memory plan viewed it as bytes: TypeError
+    rounded = np.frompyfunc(lambda v: round(float(v), 1), 1, 1)
+
+    def loss_of(h):
+        return (h * nn.constant(rounded(h.data).astype(np.float32))).sum()
+    _same_as_eager(_linear_step(loss_of), _batches(), replays=0)
