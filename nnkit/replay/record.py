@@ -448,6 +448,11 @@ class _Draws:
             value = getattr(self.original(self.xp), name)(*args, **kwargs)
             if not _ours():
                 return value
+            if value is None:       # (shuffle: in place)
+                active.refuse(f"the step calls {name} of nnkit's generator ({_site()}), which "
+                              "changes an array in place, unseen: a replay would not; draw a "
+                              "new array (permutation)")
+                return value
             if not isinstance(value, _ndarray):
                 active.refuse(f"the step draws a single number from nnkit's generator "
                               f"({name}, {_site()}), a Python number no replay draws again: "

@@ -9,6 +9,7 @@ parameters after it must be the same bits, and the captured step must replay.
 import warnings
 
 import numpy as np
+import pytest
 
 import nnkit as nn
 from nnkit import NetOp, backend
@@ -182,4 +183,17 @@ def test_an_array_of_python_objects_made_in_the_step_replays():
 
     def loss_of(h):
         return (h * nn.constant(rounded(h.data).astype(np.float32))).sum()
+    _same_as_eager(_linear_step(loss_of), _batches(), replays=0)
+
+
+def test_a_shuffle_in_place_by_nnkits_generator_runs_eagerly_saying_so():
+    # it returns None, which the refusal took for a single number drawn ("give size=1")
+    def loss_of(h):
+        order = np.arange(len(h.data))
+        backend.rng().shuffle(order)
+        return (h[order] * nn.constant(np.arange(len(order), dtype=np.float32)[:, None])).sum()
+    step, _ = _linear_step(loss_of)()
+    step = nn.capture(step)
+    with pytest.warns(UserWarning, match="calls shuffle of nnkit's generator .* in place"):
+        step(*_batches()[0])
     _same_as_eager(_linear_step(loss_of), _batches(), replays=0)
