@@ -101,6 +101,8 @@ def record(fn, inputs):
     for k, value in enumerate(inputs):
         if isinstance(value, NetVar):
             rec.watch(("input", k, "_g"), value, "_g")
+    kept_before = [(module, name, getattr(module, name, None)) for module in world.modules
+                   for name in type(module).last_call]
     met = Meeting()
     result, error = _run(rec, met, fn, traced_inputs, world)
     for holder, attribute, array in schedule.earlier:
@@ -127,6 +129,12 @@ def record(fn, inputs):
                          for owner, name, value in counters]
     schedule.last_calls = [(module, name) for module in world.modules     # (Module.last_call)
                            for name in type(module).last_call if _made(module, name, start)]
+    for module, name, was in kept_before:
+        if getattr(module, name, None) is not was and not _made(module, name, start):
+            rec.refuse(f"the step set {type(module).__name__}.{name} to a "
+                       f"{type(getattr(module, name, None)).__name__}, where a replay would "
+                       "leave a marker for the node it did not make: last_call names "
+                       "attributes that a call sets to one node")
     _take_out(schedule, rec, inputs)
     _inputs_written(schedule, rec, given, handed, apart, before_call)
     earlier = sorted({source[1] for *_, sources in rec.program for source in sources

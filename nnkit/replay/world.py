@@ -272,9 +272,7 @@ class World:
         _, seen = self._seen_names.setdefault(id(value), (value, set()))   # (kept alive)
         names = frozenset(names) - seen
         seen |= names                       # each attribute of an object read once
-        # (an owner's buffers and counters: state a step changes by design, not settings; a
-        # Module's last_call node named by the step's code is guarded: the call before's)
-        for name in names - set(() if isinstance(value, Module) else _changing(value)):
+        for name in names:
             try:
                 static = inspect.getattr_static(value, name)
             except AttributeError:
@@ -414,11 +412,27 @@ def _imported(code):
 def _own_names(value, code, names):
     """``names``, the attribute names ``code`` reads, as read of ``value``: less the nodes a
     Module's forward sets for reading after the call (``last_call``) when ``code`` is that
-    forward (the step's own code naming them is guarded: it would read the call before's)."""
-    if isinstance(value, Module) and code is getattr(
+    forward and sets each before anything else names it, jumps or names attributes by
+    string (the step's own code naming them is guarded: it would read the call before's)."""
+    if not isinstance(value, Module) or not type(value).last_call or code is not getattr(
             getattr(type(value), "forward", None), "__code__", None):
-        return set(names) - set(type(value).last_call)
-    return names
+        return names
+    return set(names) - _set_first(code, type(value).last_call)
+
+
+def _set_first(code, attributes):
+    """Those of ``attributes`` that ``code`` stores before it reads them, jumps or reads an
+    attribute by its name in a string (``getattr``): what it reads then is this call's."""
+    first = set()
+    for instruction in dis.get_instructions(code):
+        name = instruction.argval if isinstance(instruction.argval, str) else None
+        if "JUMP" in instruction.opname or instruction.opname == "FOR_ITER" or name in _DYNAMIC:
+            break
+        if name in attributes and name not in first:
+            if instruction.opname != "STORE_ATTR":
+                break
+            first.add(name)
+    return first
 
 
 def _attribute_names(code):

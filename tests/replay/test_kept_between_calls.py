@@ -377,3 +377,33 @@ def test_a_step_reading_the_node_of_the_call_before_runs_eagerly():
                                          "before"):
         step(rng.integers(0, 7, (5, 2)))
     assert step.replays == 0
+
+
+def test_a_last_call_attribute_set_to_a_list_of_nodes_runs_eagerly():
+    # only a bare node was taken for one a replay leaves a marker for: a list of this call's
+    # nodes stayed the recording's after every replay
+    class Two(nn.Module):
+        last_call = ("outs",)
+
+        def __init__(self):
+            self.layer = nn.layers.Linear(3, 2)
+            self.outs = None
+
+        def forward(self, x):
+            h = self.layer(x)
+            self.outs = [h, h * 2.0]
+            return h
+    model = Two()
+    opt = nn.GD(model.vars, lr=0.1)
+
+    @nn.capture
+    def step(x):
+        loss = (model(x) ** 2).sum()
+        loss.back()
+        opt.step()
+        return loss
+    rng = np.random.default_rng(0)
+    with pytest.warns(UserWarning, match=r"set Two\.outs to a list"):
+        step(rng.standard_normal((2, 3)).astype(np.float32))
+    step(rng.standard_normal((2, 3)).astype(np.float32))
+    assert step.replays == 0, step

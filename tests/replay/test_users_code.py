@@ -136,11 +136,17 @@ class Centered(nn.Module):
         return h - nn.constant(self.stats.mean)
 
 
-def test_an_objects_declared_counter_advanced_by_a_users_forward_replays():
-    # `stats.count += 1` in the user's forward read the counter as a setting, which the
-    # step then changed: every step ran eagerly, saying so of a declared counter
+class WarmingUp(Centered):
+    def forward(self, x):
+        h = super().forward(x)
+        return h * 0.5 if self.stats.count <= 3 else h      # a warm-up on the counter's value
+
+
+def test_a_declared_counter_the_steps_code_reads_is_guarded():
+    # a replay advances a declared counter as eager does, but a value read into Python
+    # (here a branch) would have been the recording's; the step runs eagerly
     def build():
-        model = Centered()
+        model = WarmingUp()
         opt = nn.GD(model.vars, lr=0.1)
 
         def step(x):
@@ -150,8 +156,46 @@ def test_an_objects_declared_counter_advanced_by_a_users_forward_replays():
             return loss
         build.model = model
         return step, model.vars
-    _same_as_eager(build, _batches(), replays=4)
-    assert build.model.stats.count == 5
+    _same_as_eager(build, _batches(6), replays=0)
+    assert build.model.stats.count == 6
+
+
+class StatefulRNN(nn.Module):
+    """Carries its last state on when the batch has as many rows (a stateful RNN)."""
+    last_call = ("h",)
+
+    def __init__(self):
+        self.inp, self.rec = nn.layers.Linear(4, 3), nn.layers.Linear(3, 3)
+        self.h = None
+
+    def forward(self, x):
+        if getattr(self.h, "shape", (None,))[0] != x.shape[0]:
+            h0 = nn.constant(np.zeros((x.shape[0], 3), np.float32))
+        else:
+            h0 = self.h.detach()
+        self.h = nn.Tanh(self.inp(x) + self.rec(h0))
+        return self.h
+
+
+def test_a_forward_reading_the_node_it_kept_at_the_call_before_is_guarded():
+    # last_call's names were left unguarded in the module's own forward, which here reads its
+    # kept node's shape before setting it: with two signatures recorded back to back, the
+    # replays took the branch each recording had seen
+    rng = np.random.default_rng(0)
+    rows = [5, 6, 5, 6, 6, 6]
+    calls = [(rng.standard_normal((n, 4)).astype(np.float32),) for n in rows]
+
+    def build():
+        model = StatefulRNN()
+        opt = nn.GD(model.vars, lr=0.1)
+
+        def step(x):
+            loss = (model(x) ** 2).sum()
+            loss.back()
+            opt.step()
+            return loss
+        return step, model.vars
+    _same_as_eager(build, calls, replays=0)
 
 
 def test_windows_of_an_input_follow_the_input():
