@@ -17,7 +17,7 @@ from ..arraylike import gradient_only_read
 from ..core import NetVar, constant
 from ..module import Module
 from ..optim.base import Optimizer
-from .instructions import _draw, _live_step, _root, live_step_of, own_copies
+from .instructions import _draw, _live_step, _root, live_step_of
 from .program import program, written
 from .record import Recording, Traced, Unrecordable, patched, plain
 from .schedule import Schedule, _entry_grads, _groups, _handed_out
@@ -221,7 +221,7 @@ def _inputs_written(schedule, rec, given, handed, apart, before_call):
                if buffer is not None and buffer.tobytes() != was.tobytes()]
     for k, j in [(k, j) for k in written for pair in apart if k in pair
                  for j in pair if j != k][:1]:
-        _put_back(before_call)
+        _put_state_back(before_call)
         raise RuntimeError(
             f"capture: the step wrote into input {k}, which shares memory with input {j}; the "
             "call ran on a copy of each, where the write did not show through the other as it "
@@ -321,11 +321,12 @@ def _hand_in(schedule, rec, inputs):
         if leaf._g is not None:
             _enter(schedule, rec, leaf, "_g")
     schedule.earlier = []       # the arrays of a call before's nodes (Module.last_call):
-    for module in schedule.world.modules:     # what reads them is refused (see record)
+    known = set(rec.sources)    # what reads them is refused (see record)
+    for module in schedule.world.modules:
         for name in type(module).last_call:
             for holder, attribute in _arrays_kept(getattr(module, name, None)):
                 array = getattr(holder, attribute)
-                if id(_root(array)) in rec.sources:     # (a parameter's data, viewed)
+                if id(_root(array)) in known:       # (a parameter's data, viewed)
                     continue
                 rec.vary(array, ("earlier", f"{type(module).__name__}.{name}"))
                 schedule.earlier.append((holder, attribute, array))
@@ -393,10 +394,7 @@ def _run(rec, met, fn, inputs, world):
                        "could not tell from a gradient of zeros; read .g after the call")
         rec.paused = True
         try:
-            copies = own_copies(optimizer, params)      # (as a replay hands them)
-            live_step(optimizer)
-            for g, own in copies:
-                numpy.copyto(g, own)
+            _live_step(live_step, optimizer, grads)     # (as a replay runs it)
         finally:
             rec.paused = False
             for p, twin in zip(params, twins):
@@ -491,7 +489,7 @@ def _state_before(world, inputs):
             backend.get_rng_state())
 
 
-def _put_back(state):
+def _put_state_back(state):
     leaves, optimizers, held, rng = state
     for leaf, data, g in leaves:
         if data is not None:

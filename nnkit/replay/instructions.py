@@ -126,13 +126,13 @@ def _draw(rng, xp, name, args, kwargs, target):
 def _live_step(step, optimizer, grads):
     for p, g, shared in grads:
         p._g, p._gshared = g, shared
-    copies = own_copies(optimizer, [p for p, _, _ in grads])
+    copies = _own_copies(optimizer, grads)
     step(optimizer)
     for g, copy in copies:
         numpy.copyto(g, copy)
 
 
-def own_copies(optimizer, params):
+def _own_copies(optimizer, grads):
     """Before ``optimizer`` steps on gradients a replay computes into again at every call: when
     it or one of its modifiers is a user's (nnkit's own keep nothing they are handed: tests/
     replay/test_kept_between_calls.py), each parameter's gradient made a copy of its own, as
@@ -142,8 +142,7 @@ def own_copies(optimizer, params):
            for holder in [optimizer, *optimizer.modifiers]):
         return ()
     copies = []
-    for p in params:
-        g = p._g
+    for p, g, _ in grads:
         if g is not None and getattr(p, "_gread", None) is not g:   # (zeros a read made)
             p._g, p._gshared = g.copy(), True
             copies.append((g, p._g))

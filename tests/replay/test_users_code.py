@@ -72,18 +72,24 @@ class SquareAndCube(NetOp):
         x.accumulate(dx if cube is None else dx + cube * 3 * x.data ** 2)
 
 
-def _linear_step(loss_of, optimizer=nn.GD):
+def _step_of(make_model, loss_of=lambda h: (h ** 2).sum(), optimizer=nn.GD):
+    """A ``build`` for ``_same_as_eager``: ``make_model()`` trained by ``optimizer`` on
+    ``loss_of(model(x))``; ``build.model`` is the model of its last call."""
     def build():
-        layer = nn.layers.Linear(4, 2)
-        opt = optimizer(layer.vars, lr=0.1)
+        model = build.model = make_model()
+        opt = optimizer(model.vars, lr=0.1)
 
         def step(x):
-            loss = loss_of(layer(x))
+            loss = loss_of(model(x))
             loss.back()
             opt.step()
             return loss
-        return step, layer.vars
+        return step, model.vars
     return build
+
+
+def _linear_step(loss_of, optimizer=nn.GD):
+    return _step_of(lambda: nn.layers.Linear(4, 2), loss_of, optimizer)
 
 
 def test_an_op_of_a_users_own_replays_as_eager():
@@ -145,17 +151,7 @@ class WarmingUp(Centered):
 def test_a_declared_counter_the_steps_code_reads_is_guarded():
     # a replay advances a declared counter as eager does, but a value read into Python
     # (here a branch) would have been the recording's; the step runs eagerly
-    def build():
-        model = WarmingUp()
-        opt = nn.GD(model.vars, lr=0.1)
-
-        def step(x):
-            loss = (model(x) ** 2).sum()
-            loss.back()
-            opt.step()
-            return loss
-        build.model = model
-        return step, model.vars
+    build = _step_of(WarmingUp)
     _same_as_eager(build, _batches(6), replays=0)
     assert build.model.stats.count == 6
 
@@ -184,18 +180,7 @@ def test_a_forward_reading_the_node_it_kept_at_the_call_before_is_guarded():
     rng = np.random.default_rng(0)
     rows = [5, 6, 5, 6, 6, 6]
     calls = [(rng.standard_normal((n, 4)).astype(np.float32),) for n in rows]
-
-    def build():
-        model = StatefulRNN()
-        opt = nn.GD(model.vars, lr=0.1)
-
-        def step(x):
-            loss = (model(x) ** 2).sum()
-            loss.back()
-            opt.step()
-            return loss
-        return step, model.vars
-    _same_as_eager(build, calls, replays=0)
+    _same_as_eager(_step_of(StatefulRNN), calls, replays=0)
 
 
 def test_windows_of_an_input_follow_the_input():
@@ -227,7 +212,7 @@ def test_an_array_of_python_objects_made_in_the_step_replays():
 
     def loss_of(h):
         return (h * nn.constant(rounded(h.data).astype(np.float32))).sum()
-    _same_as_eager(_linear_step(loss_of), _batches(), replays=0)
+    _same_as_eager(_linear_step(loss_of), _batches(), replays=4)
 
 
 def test_a_shuffle_in_place_by_nnkits_generator_runs_eagerly_saying_so():
