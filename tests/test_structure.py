@@ -42,7 +42,8 @@ LAYERS = [
     ["optim.adamw"],                    # Adam with decoupled weight decay
     ["optim"],
     # capture and replay of a step: the recording, what the step reads, the replay
-    ["replay.instructions"],            # what a replay's instructions call
+    ["replay.instructions",             # what a replay's instructions call
+     "replay.inputs"],                  # a step's inputs: refused, kept apart, written back
     ["replay.record", "replay.guards"],     # the recording; how a replay checks what was read
     ["replay.world",                    # what a step reads besides its inputs
      "replay.program"],                 # a recording's instructions as the replay calls them

@@ -14,7 +14,8 @@ from ..modes import state as modes, threads_without_grad
 from . import record as recording
 from .instructions import GuardFailed, ReplayStopped, _same, exact
 from .record import Unrecordable
-from .first_call import NotRecorded, record
+from .first_call import record
+from .inputs import NotRecorded
 
 __all__ = ["capture", "Captured"]
 
