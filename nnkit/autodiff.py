@@ -127,8 +127,11 @@ def _array_pass(outputs, seeds, inputs):
         for y, seed in zip(outputs, seeds):
             y.accumulate(seed)
         propagate(order)
-        # a copy where the gradient may be a seed or another node's array
-        return [gradient_copy(x) for x in inputs]
+        # a copy where the gradient may be a seed or another node's array; an input the
+        # outputs do not reach gets zeros, not the .g an earlier back() left it
+        reached = set(map(id, nodes))
+        return [gradient_copy(x) if id(x) in reached else
+                backend.array_module(x._data).zeros_like(x._data) for x in inputs]
     finally:
         restore_gradients(held)
 

@@ -59,6 +59,23 @@ def test_an_unused_input_gets_zeros_and_a_repeated_input_its_gradient_twice(rng)
     assert isinstance(gu, nn.NetVar) and not gu.requires_grad and (gu.data == 0).all()
 
 
+def test_an_unused_input_gets_zeros_whatever_gradient_it_holds_from_a_back_before(rng):
+    # a leaf and an intermediate node, each holding .g from an earlier back(): not the answer
+    x, z = var(rng, 1, 2), var(rng, 1, 2)
+    (z * z).sum().back()
+    h = x.tanh()
+    h.sum().back()
+    held_z, held_h = z.g.copy(), h.g.copy()
+    for create_graph in (False, True):
+        gx, gz, gh = nn.grad((x * 3.0).sum(), [x, z, h], create_graph=create_graph)
+        values = [getattr(g, "data", g) for g in (gx, gz, gh)]
+        np.testing.assert_array_equal(values[0], np.full((1, 2), 3.0))
+        np.testing.assert_array_equal(values[1], np.zeros((1, 2)))
+        np.testing.assert_array_equal(values[2], np.zeros((1, 2)))
+    np.testing.assert_array_equal(z.g, held_z)        # the .g they hold is left as it was
+    np.testing.assert_array_equal(h.g, held_h)
+
+
 def test_a_node_read_by_three_consumers_gets_all_three_contributions(rng):
     x = var(rng, 1, 1)
     y = x * x + x.exp() + 3.0 * x
