@@ -211,4 +211,6 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     b = numpy.zeros((2 if op.two_biases else 1, k * hidden))
     if cell == 'lstm':
         b[0, hidden:2 * hidden] = forget_bias
-    return W, R, _param(b, owner="recurrent_weights")
+    b = _param(b, owner="recurrent_weights")
+    b._bias = True          # (a GRU's is (2, 3H): MaxNorm leaves it alone)
+    return W, R, b

@@ -1,4 +1,7 @@
 """Gradient and weight modifiers, and the order in which step() runs them."""
+import copy as copy_module
+import pickle
+
 import numpy as np
 import pytest
 
@@ -74,6 +77,21 @@ def test_max_norm_constrains_columns_after_the_update():
     rows = nn.GD([w], lr=1.0, momentum=0.0, modifiers=[nn.MaxNorm(0.5, axis=1)])
     _step(rows, [[[0.0, 0.0], [0.0, 0.0]]])
     np.testing.assert_allclose(np.linalg.norm(w.data, axis=1), [0.5, 0.5])
+
+
+def test_max_norm_skips_a_bias_of_two_rows_and_constrains_the_weights_of_its_shape():
+    # a GRU's bias [b_i; b_h] is (2, 3H), as its R is when H = 2: it was rescaled as a weight
+    gru = nn.layers.GRU(3, 2, seed=0)
+    assert gru.b.shape == gru.R.shape == (2, 6)
+    gru.b.data = np.full((2, 6), 2.0)
+    gru.R.data = np.full((2, 6), 2.0)
+    for copy in (lambda m: m, copy_module.deepcopy, lambda m: pickle.loads(pickle.dumps(m))):
+        layer = copy(gru)
+        opt = nn.GD(layer.vars, lr=0.0, modifiers=[nn.MaxNorm(1.0)])
+        layer(np.ones((4, 5, 3))).sum().back()
+        opt.step()
+        np.testing.assert_array_equal(layer.b.data, np.full((2, 6), 2.0))
+        np.testing.assert_allclose(np.linalg.norm(layer.R.data, axis=0), 1.0)
 
 
 def test_max_norm_without_params_refuses_a_kernel_and_constrains_its_filters_when_asked():
