@@ -405,8 +405,10 @@ def _checked_metrics(metrics):
         if isinstance(metric, type):
             raise TypeError(f"Trainer: metrics[{name!r}] is the class {metric.__name__}; pass "
                             f"an instance: {metric.__name__}(...)")
+        # (value looked up on the class: a property may raise while the metric is empty)
         if not (callable(getattr(metric, "update", None))
-                and callable(getattr(metric, "reset", None)) and hasattr(metric, "value")):
+                and callable(getattr(metric, "reset", None)) and (
+                    hasattr(type(metric), "value") or "value" in getattr(metric, "__dict__", ()))):
             raise TypeError(f"Trainer: metrics[{name!r}] must be a metric (update, reset, "
                             f"value), got {type(metric).__name__} {metric!r}")
     return dict(metrics)
@@ -484,9 +486,9 @@ def _positions(batch, loss, predictions, mask, weighed=True):
 
 
 def _update_metrics(metrics, predictions, targets, mask):
-    """Update every metric with the batch, or none: one refusing it puts back the others'
-    sums (a batch counted by some metrics only would skew them)."""
-    kept = [(metric, metric.total, metric.count) for metric in metrics.values()]
+    """Update every metric with the batch, or none: one refusing it puts back what the others
+    hold (a batch counted by some metrics only would skew them)."""
+    kept = [_held(metric) for metric in metrics.values()]
     try:
         for metric in metrics.values():
             if mask is None:
@@ -494,6 +496,32 @@ def _update_metrics(metrics, predictions, targets, mask):
             else:
                 metric.update(predictions, targets, mask=mask)
     except BaseException:
-        for metric, total, count in kept:
-            metric.total, metric.count = total, count
+        for attributes, saved, contents in kept:
+            attributes.clear()
+            attributes.update(saved)
+            for value, content in contents:
+                _put_back(value, content)
         raise
+
+
+def _held(metric):
+    """``(attributes, their copy, [(value, a copy of its contents)])`` of a metric: what an
+    update may rebind (a sum, a count) or change in place (an array, a list, a dict, a set),
+    each taken so that ``_put_back`` restores it in the same object."""
+    attributes = vars(metric) if hasattr(metric, "__dict__") else {}
+    contents = [(value, value.copy() if backend.is_array(value) else
+                 list(value) if isinstance(value, list) else
+                 dict(value) if isinstance(value, dict) else set(value))
+                for value in attributes.values()
+                if backend.is_array(value) or isinstance(value, (list, dict, set))]
+    return attributes, dict(attributes), contents
+
+
+def _put_back(value, content):
+    if backend.is_array(value):
+        value[...] = content
+    elif isinstance(value, list):
+        value[:] = content
+    else:
+        value.clear()
+        value.update(content)

@@ -487,6 +487,44 @@ def test_a_batch_refused_by_one_metric_is_counted_by_none():
     assert all(metric.count == 0 for metric in metrics.values())
 
 
+class _Hits:
+    """A user's metric (update, reset, value) keeping its own state: no total, no count."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.hits, self.seen, self.per_class = 0, [], np.zeros(2)
+
+    def update(self, predictions, targets):
+        right = np.asarray(predictions).argmax(axis=-1) == np.asarray(targets)
+        self.hits += int(right.sum())
+        self.seen.append(len(right))
+        self.per_class += np.bincount(np.asarray(targets)[right], minlength=2)
+
+    @property
+    def value(self):
+        return self.hits / sum(self.seen)
+
+
+def test_a_users_metric_of_its_own_state_is_counted_and_put_back_when_another_refuses():
+    # the Trainer read metric.total and metric.count, which a user's metric need not have:
+    # AttributeError at the first batch
+    x, y = _problem()
+    step, params = _model()
+    mine = _Hits()
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.0), metrics={"hits": mine})
+    history = trainer.fit(_batches(x, y))
+    predictions = (x @ params[0].data + params[1].data).argmax(axis=1)
+    assert history["hits"] == [np.mean(predictions == y)]
+    mine.reset()
+    refusing = {"hits": mine, "mse": nn.MSE()}       # MSE refuses the labels as targets
+    trainer = nn.Trainer(step, nn.GD(params, lr=0.0), metrics=refusing)
+    with pytest.raises(ValueError):
+        trainer.fit(_batches(x, y))
+    assert (mine.hits, mine.seen) == (0, []) and (mine.per_class == 0).all()
+
+
 def test_a_class_weighted_or_ignoring_loss_weighs_its_batch_by_what_it_divided_by():
     # batches were weighed by their rows while the loss divided by Σ w (class weights) or by
     # the targets it did not ignore: the epoch loss differed from the full-data value
