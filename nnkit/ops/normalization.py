@@ -54,11 +54,9 @@ class BatchNormState:
         converted copies when they differ, the stored arrays untouched (an evaluation in
         float16 must not round them for good)."""
         xp = backend.array_module(like)
-        if backend.array_module(self.running_mean) is not xp \
-                or self.running_mean.dtype != like.dtype:
-            return (xp.asarray(self.running_mean, dtype=like.dtype),
-                    xp.asarray(self.running_var, dtype=like.dtype))
-        return self.running_mean, self.running_var
+        return tuple(stored if backend.array_module(stored) is xp and stored.dtype == like.dtype
+                     else xp.asarray(stored, dtype=like.dtype)
+                     for stored in (self.running_mean, self.running_var))  # (each: loaded apart)
 
     def check_buffer(self, attribute, array, where):
         """Refuse a loaded running statistic that evaluation could not use: not finite, or a

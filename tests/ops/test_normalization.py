@@ -370,3 +370,20 @@ def test_normalization_backward_leaves_the_shared_upstream_gradient_alone(op, wi
     (y + other).back(seed)
     np.testing.assert_array_equal(other.g, seed)
     np.testing.assert_array_equal(y.g, seed)
+
+
+def test_batchnorm_statistics_of_two_dtypes_follow_the_data_each():
+    # a float64 running_var beside a float32 running_mean (each taken by load_state) passed
+    # through unconverted: the float32 layer's evaluation came out float64
+    bn = nn.layers.BatchNorm(3)
+    state = bn.state()
+    state["stats.running_var"] = np.array([1.0, 2.0, 3.0])
+    bn.load_state(state)
+    x = np.ones((2, 3), np.float32)
+    with nn.eval_mode():
+        y = bn(x)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.data, np.ones((2, 3)) / np.sqrt(np.array([1.0, 2.0, 3.0]) +
+                                                                 bn.stats.eps), rtol=1e-6)
+    bn(x)                               # training: the update follows the data too
+    assert bn.stats.running_mean.dtype == bn.stats.running_var.dtype == np.float32
