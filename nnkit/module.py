@@ -151,7 +151,8 @@ class Module:
         difference) and nothing is assigned. Parameters keep their identity (an optimizer over
         ``vars`` keeps working); their gradients are forgotten. A buffer may come in another
         float dtype and is taken in it: buffers follow the data's dtype at their next use
-        (BatchNorm's statistics of float64 data are float64).
+        (BatchNorm's statistics of float64 data are float64). The byte order is no difference
+        (a big-endian '>f4' array loads into a float32 parameter, in the parameter's order).
         """
         where = f"{type(self).__name__}.load_state"
         if not isinstance(state, Mapping):
@@ -179,7 +180,7 @@ class Module:
             if tuple(array.shape) != tuple(mine.shape):
                 raise ValueError(f"{where}: '{name}' has shape {tuple(array.shape)} in the state "
                                  f"and {tuple(mine.shape)} in the model")
-            if kind != "buffer" and array.dtype != mine.dtype \
+            if kind != "buffer" and _native(array.dtype) != _native(mine.dtype) \
                     or array.dtype.kind != mine.dtype.kind:
                 raise TypeError(f"{where}: '{name}' has dtype {array.dtype} in the state and "
                                 f"{mine.dtype} in the model")
@@ -485,7 +486,15 @@ def _array(kind, value):
 
 
 def _like(array, mine):
-    """``array`` on the device of ``mine`` (a fresh array: the state's own is never kept)."""
+    """``array`` on the device of ``mine`` (a fresh array: the state's own is never kept), in
+    ``mine``'s byte order where only that differs (a big-endian file's '>f4'), else native."""
+    host = backend.to_cpu(array)
+    dtype = mine.dtype if _native(host.dtype) == _native(mine.dtype) else _native(host.dtype)
     if backend.array_module(mine) is numpy:
-        return numpy.array(backend.to_cpu(array))
-    return backend.to_gpu(backend.to_cpu(array), mine.device.id)
+        return numpy.array(host, dtype=dtype)
+    return backend.to_gpu(host.astype(dtype, copy=False), mine.device.id)
+
+
+def _native(dtype):
+    """``dtype`` in the machine's byte order (the values are the same)."""
+    return dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype

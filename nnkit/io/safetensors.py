@@ -307,6 +307,8 @@ def save(path, model, optimizer=None, extra=None, **resume):
                             "rename one")
         tensors[name] = arrays[reference["key"]]
         reference["key"] = name
+        if tensors[name].dtype.byteorder not in "=|":     # stored little-endian (_write) and
+            reference["dtype"] = str(tensors[name].dtype.newbyteorder("="))   # read native
     _write(target, tensors, {"nnkit": json.dumps(meta)}, checksum=True)
     return path
 

@@ -369,3 +369,29 @@ def test_the_npz_stays_the_default(tmp_path):
             assert file.read(2) == b"PK"                     # a zip: NumPy's .npz
     with pytest.raises(ValueError, match="does not write PyTorch's .pt"):
         nn.save(str(tmp_path / "model.pt"), model)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_an_array_of_the_other_byte_order_saves_and_loads_as_its_values(tmp_path, suffix):
+    # a big-endian ('>f4') parameter or buffer saved to .safetensors (stored little-endian)
+    # was described as >f4: no load of the file ever succeeded ("corrupted")
+    model = _model()
+    state = _state(model)
+    state["layers.0.W"] = state["layers.0.W"].astype(">f4")
+    state["layers.2.stats.running_var"] = state["layers.2.stats.running_var"].astype(">f4")
+    model.load_state(state)
+    assert model.layers[0].W.data.dtype == np.float32      # the model's own dtype kept
+    swapped = _model(seed=1)
+    swapped.layers[0].W.data = state["layers.0.W"].copy()
+    path = str(tmp_path / f"m{suffix}")
+    nn.save(path, swapped)
+    for order in ("=", ">"):
+        target = _model(seed=2)
+        target.layers[0].W.data = target.layers[0].W.data.astype(f"{order}f4")
+        dtype = target.layers[0].W.data.dtype
+        nn.load(path, target)
+        loaded, saved = _state(target), _state(swapped)
+        assert loaded.keys() == saved.keys()
+        for name in saved:                  # the same values, each array in its model's dtype
+            np.testing.assert_array_equal(loaded[name], saved[name])
+        assert target.layers[0].W.data.dtype == dtype        # the model's own byte order
