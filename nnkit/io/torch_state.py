@@ -253,12 +253,21 @@ def _layouts(model, where):
                         "nnkit can map to PyTorch")
     out = {}
     for part in parts:
-        for key, array in part.out(state).items():
-            out[key] = (array, part)
+        arrays = part.out(state)
         if part.counter is not None:
             stats, key = part.counter
-            out[key] = (numpy.array(int(stats.num_batches_tracked), dtype=numpy.int64), part)
+            arrays[key] = numpy.array(int(stats.num_batches_tracked), dtype=numpy.int64)
+        for key, array in arrays.items():
+            if key in out:          # (a dict key with a dot: {"x": Linear, "x.weight": ...})
+                raise TypeError(f"{where}: PyTorch's '{key}' would hold two of the model's "
+                                f"arrays: of {_described(out[key][1])} and of "
+                                f"{_described(part)}; rename one")
+            out[key] = (array, part)
     return parts, state, out
+
+
+def _described(part):
+    return f"{part.label} '{part.place}'"
 
 
 def torch_state(model):

@@ -380,6 +380,24 @@ def test_a_model_nnkit_cannot_map_is_refused():
         nn.load_torch_state(L.Linear(2, 2), [1, 2])
 
 
+def test_two_arrays_of_one_pytorch_key_are_refused_both_ways_and_nothing_changes():
+    # a dict key holding a dot: the Linear's weight and the parameter were both 'd.x.weight';
+    # the export dropped one and the import wrote one tensor into both
+    class Holder(nn.Module):
+        def __init__(self):
+            self.d = {"x": L.Linear(2, 2, seed=0), "x.weight": nn.NetVar(np.full((2, 2), 7.0))}
+
+    model = Holder()
+    before = {name: array.copy() for name, array in model.state().items()}
+    message = r"PyTorch's 'd.x.weight' would hold two of the model's arrays: of layers.Linear"
+    with pytest.raises(TypeError, match=message):
+        nn.torch_state(model)
+    with pytest.raises(TypeError, match=message):
+        nn.load_torch_state(model, {"d.x.weight": np.ones((2, 2)), "d.x.bias": np.zeros(2)})
+    for name, array in model.state().items():
+        np.testing.assert_array_equal(array, before[name])
+
+
 # ----------------------------------------------------------------------------- .pt files
 
 def test_a_torch_save_file_loads_through_nn_load(tmp_path):
