@@ -26,6 +26,12 @@ def set_dtype(dtype):
     _default = dtype
 
 
+def native(dtype):
+    """``dtype`` in the machine's byte order: '>f4' is float32 on a little-endian machine (the
+    same values; files and checkpoints tell dtypes apart by this, never by the order)."""
+    return dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype
+
+
 def wide(array):
     """``array`` in float32 when it is float16, else as it is: where an op squares its input
     (a norm, a cube), float16's range (65504) would overflow at |x| > 256 although the result

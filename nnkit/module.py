@@ -33,6 +33,7 @@ import numpy
 
 from . import backend
 from .core import NetOp, NetVar
+from .dtypes import native
 from .hints import spelling
 
 __all__ = ["Module", "walk", "former_names"]
@@ -180,7 +181,7 @@ class Module:
             if tuple(array.shape) != tuple(mine.shape):
                 raise ValueError(f"{where}: '{name}' has shape {tuple(array.shape)} in the state "
                                  f"and {tuple(mine.shape)} in the model")
-            if kind != "buffer" and _native(array.dtype) != _native(mine.dtype) \
+            if kind != "buffer" and native(array.dtype) != native(mine.dtype) \
                     or array.dtype.kind != mine.dtype.kind:
                 raise TypeError(f"{where}: '{name}' has dtype {array.dtype} in the state and "
                                 f"{mine.dtype} in the model")
@@ -489,12 +490,8 @@ def _like(array, mine):
     """``array`` on the device of ``mine`` (a fresh array: the state's own is never kept), in
     ``mine``'s byte order where only that differs (a big-endian file's '>f4'), else native."""
     host = backend.to_cpu(array)
-    dtype = mine.dtype if _native(host.dtype) == _native(mine.dtype) else _native(host.dtype)
+    dtype = mine.dtype if native(host.dtype) == native(mine.dtype) else native(host.dtype)
     if backend.array_module(mine) is numpy:
         return numpy.array(host, dtype=dtype)
     return backend.to_gpu(host.astype(dtype, copy=False), mine.device.id)
 
-
-def _native(dtype):
-    """``dtype`` in the machine's byte order (the values are the same)."""
-    return dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype

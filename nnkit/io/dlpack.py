@@ -25,7 +25,8 @@ _CPU, _CUDA, _CUDA_HOST = 1, 2, 3       # DLPack's device types
 def from_dlpack(x, requires_grad=None, dtype=None, copy=None):
     """A leaf node holding the array of ``x``, any DLPack producer (a ``torch.Tensor``, a NumPy
     or CuPy array, a JAX array, ...): a parameter or a constant, as ``NetVar``'s
-    ``requires_grad`` says (by default float data is a parameter, integer data a constant).
+    ``requires_grad`` says (by default a parameter: integer data becomes nnkit's float dtype, as
+    below; ``dtype=int`` keeps it integer, a constant).
 
     Without a copy where possible: the node and ``x`` share memory, on the host (NumPy) or on
     a GPU (CuPy; a CUDA producer needs CuPy). A copy is made, so that the node owns its data,

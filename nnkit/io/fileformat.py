@@ -8,6 +8,7 @@ import tempfile
 import numpy
 
 from .. import backend
+from ..dtypes import native
 
 FORMAT = "nnkit-checkpoint"
 VERSION = 2
@@ -161,10 +162,6 @@ def _few(names):
     return shown if len(names) <= 8 else f"{shown[:-1]}, ... {len(names) - 8} more]"
 
 
-def _native(dtype):
-    return dtype.newbyteorder("=") if dtype.byteorder != "|" else dtype
-
-
 def _check_arrays(path, kind, mine, saved):
     """The model's arrays (``mine``, by file name) against the file's: the same names, then
     the same shapes and dtypes (a buffer: any float dtype, as ``Module.load_state`` takes it);
@@ -181,7 +178,7 @@ def _check_arrays(path, kind, mine, saved):
         other = saved[name]
         # a buffer may come in another float dtype: it follows the data's at its next use; the
         # byte order is no difference (.safetensors stores little-endian, read native)
-        same_dtype = _native(other.dtype) == _native(array.dtype) or (
+        same_dtype = native(other.dtype) == native(array.dtype) or (
             kind == "buffer" and other.dtype.kind == array.dtype.kind == "f")
         if tuple(other.shape) != tuple(array.shape) or not same_dtype:
             raise CheckpointError(f"load: '{path}' does not match the model: {kind} "

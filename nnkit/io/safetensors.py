@@ -53,6 +53,7 @@ import zlib
 import numpy
 
 from .. import backend
+from ..dtypes import native
 from .checkpoint import _file_path
 from .checkpoint import load as _load_npz
 from .checkpoint import save as _save_npz
@@ -88,30 +89,30 @@ def write_safetensors(path, tensors, metadata=None):
     return path
 
 
-def _write(target, tensors, metadata, checksum=False):
+def _write(target, tensors, metadata, checksum=False, where="write_safetensors"):
     """``write_safetensors``; with ``checksum``, ``__metadata__`` also holds ``CHECKSUM_KEY``,
-    the CRC-32 of the nnkit description and every data byte (see ``_checksum``)."""
+    the CRC-32 of the nnkit description and every data byte (see ``_checksum``). ``where``
+    names the caller in errors (``save`` for a checkpoint)."""
     if not isinstance(tensors, dict):
-        raise TypeError(f"write_safetensors: tensors must be a dict name -> array, got "
+        raise TypeError(f"{where}: tensors must be a dict name -> array, got "
                         f"{type(tensors).__name__}")
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict) or not all(
             isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()):
-        raise TypeError("write_safetensors: metadata must be a dict of str -> str (the "
+        raise TypeError(f"{where}: metadata must be a dict of str -> str (the "
                         "format's __metadata__ holds nothing else)")
     header, blocks, offset = {}, [], 0
     for name, array in tensors.items():
         if not isinstance(name, str) or not name or name == "__metadata__":
-            raise TypeError(f"write_safetensors: the tensor name {name!r} is not a non-empty "
+            raise TypeError(f"{where}: the tensor name {name!r} is not a non-empty "
                             "str other than '__metadata__'")
         if not backend.is_array(array):
-            raise TypeError(f"write_safetensors: tensor '{name}' is a {type(array).__name__}, "
+            raise TypeError(f"{where}: tensor '{name}' is a {type(array).__name__}, "
                             "not an array")
         host = numpy.asarray(backend.to_cpu(array))
-        dtype = _NAMES.get(host.dtype.newbyteorder("=") if host.dtype.byteorder != "|"
-                           else host.dtype)
+        dtype = _NAMES.get(native(host.dtype))
         if dtype is None:
-            raise TypeError(f"write_safetensors: tensor '{name}' has dtype {host.dtype}, which "
+            raise TypeError(f"{where}: tensor '{name}' has dtype {host.dtype}, which "
                             f"safetensors has no name for (it stores {', '.join(_DTYPES)})")
         data = numpy.ascontiguousarray(host, dtype=host.dtype.newbyteorder("<")).tobytes()
         header[name] = {"dtype": dtype, "shape": list(host.shape),
@@ -307,9 +308,8 @@ def save(path, model, optimizer=None, extra=None, **resume):
                             "rename one")
         tensors[name] = arrays[reference["key"]]
         reference["key"] = name
-        if tensors[name].dtype.byteorder not in "=|":     # stored little-endian (_write) and
-            reference["dtype"] = str(tensors[name].dtype.newbyteorder("="))   # read native
-    _write(target, tensors, {"nnkit": json.dumps(meta)}, checksum=True)
+        reference["dtype"] = str(native(tensors[name].dtype))   # stored little-endian, read native
+    _write(target, tensors, {"nnkit": json.dumps(meta)}, checksum=True, where="save")
     return path
 
 

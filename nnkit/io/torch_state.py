@@ -41,6 +41,7 @@ import numpy
 
 from .. import backend
 from ..core import NetVar
+from ..dtypes import native
 from ..layers import (GRU, LSTM, RNN, BatchNorm, Conv2D, Embedding, LayerNorm, Linear,
                       MultiHeadAttention, Sequential)
 from ..module import Module, dotted
@@ -69,7 +70,7 @@ class _Part:
         self.out, self.into, self.counter = out, into, counter
 
     def describe(self):
-        return f"'{self.place}' ({self.label})" if self.place else f"the model ({self.label})"
+        return f"'{self.place}' ({self.label})" if self.place else f"own {self.label}"
 
 
 def _renamed_part(nn_p, torch_p, label, pairs):
@@ -287,6 +288,10 @@ def _as_numpy(key, value):
     """A state dict's value as a NumPy array: a torch.Tensor (bfloat16 widened to float32,
     exactly), a NumPy or CuPy array; TypeError naming the key otherwise."""
     if callable(getattr(value, "detach", None)) and callable(getattr(value, "numpy", None)):
+        if getattr(value, "is_meta", False):
+            raise TypeError(f"load_torch_state: the state dict's '{key}' is a tensor on "
+                            "PyTorch's meta device, which holds no values (a model built "
+                            "under torch.device('meta')): load or initialize its weights first")
         value = value.detach().cpu()
         if str(value.dtype) == "torch.bfloat16":
             value = value.float()
@@ -334,7 +339,7 @@ def load_torch_state(model, state_dict):
             raise ValueError(f"load_torch_state: '{key}' is {other.shape} in the state dict; "
                              f"the model's {part.describe()} needs {array.shape}")
         if other.dtype.kind != array.dtype.kind or (
-                other.dtype != array.dtype and array.dtype.kind != "i"
+                native(other.dtype) != native(array.dtype) and array.dtype.kind != "i"
                 and not key.endswith(("running_mean", "running_var"))):
             raise TypeError(f"load_torch_state: '{key}' is {other.dtype} in the state dict and "
                             f"{array.dtype} in the model's {part.describe()}; build the model in "

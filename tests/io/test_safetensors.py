@@ -395,3 +395,11 @@ def test_an_array_of_the_other_byte_order_saves_and_loads_as_its_values(tmp_path
         for name in saved:                  # the same values, each array in its model's dtype
             np.testing.assert_array_equal(loaded[name], saved[name])
         assert target.layers[0].W.data.dtype == dtype        # the model's own byte order
+
+
+def test_a_checkpoint_safetensors_cannot_hold_is_refused_naming_save(tmp_path):
+    path = tmp_path / "c.safetensors"
+    path.write_bytes(b"kept")
+    with pytest.raises(TypeError, match=r"^save: tensor 'w' has dtype complex64"):
+        nn.save(str(path), {"w": nn.NetVar(np.ones((1, 2), np.complex64))})
+    assert path.read_bytes() == b"kept"

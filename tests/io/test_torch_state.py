@@ -347,6 +347,25 @@ def test_numpy_arrays_and_bfloat16_tensors_are_taken():
     np.testing.assert_array_equal(model.b.data[0], source.bias.detach().to(torch.bfloat16).float())
 
 
+def test_big_endian_arrays_are_taken_and_meta_tensors_refused_naming_the_key():
+    # '>f4' was refused with "build the model in >f4" about "the model's the model"; a tensor
+    # of the meta device raised PyTorch's own NotImplementedError, naming no key
+    source = torch.nn.Linear(3, 2)
+    weight = source.weight.detach().numpy()
+    model = nn.load_torch_state(L.Linear(3, 2), {"weight": weight.astype(">f4"),
+                                                 "bias": source.bias.detach().numpy()})
+    np.testing.assert_array_equal(model.W.data, weight.T)
+    assert model.W.data.dtype == np.float32
+    before = model.W.data.copy()
+    with pytest.raises(TypeError, match="'weight' is a tensor on PyTorch's meta device"):
+        nn.load_torch_state(model, {"weight": torch.empty(2, 3, device="meta"),
+                                    "bias": torch.zeros(2)})
+    with pytest.raises(TypeError, match="in the model's own layers.Linear; build the model"):
+        nn.load_torch_state(model, {"weight": weight.astype(np.float64),
+                                    "bias": np.zeros(2)})
+    np.testing.assert_array_equal(model.W.data, before)
+
+
 def test_a_vector_parameter_fills_a_row_parameter():
     class Scaled(nn.Module):
         def __init__(self):
