@@ -63,13 +63,10 @@ class NetVar(ArrayLike, Copyable):
     requires a gradient unless it is False, which marks inputs and targets.
     """
     # An op node sets only what the engine reads on every node (_data, _g, requires_grad,
-    # _parents, _index; _pversion with parents); the others are read with a default or written
-    # first. _gread: the zeros a .g read made; _received: what further outputs handed an op;
-    # _bias: True on a bias of more than one row (a GRU's [b_i; b_h]), which a modifier of
-    # weights (MaxNorm) could not tell from a weight by its shape.
-    __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index",
-                 "_version", "_pversion", "_name", "_gread", "_received", "_bias",
-                 "__weakref__")
+    # _parents, _index; _pversion with parents), the rest is read with a default or written
+    # first: _gread (zeros a .g read made), _received (outputs' hand-over), is_bias (MaxNorm).
+    __slots__ = ("_data", "_g", "_gshared", "requires_grad", "_parents", "_index", "_version",
+                 "_pversion", "_name", "_gread", "_received", "is_bias", "__weakref__")
 
     def __init__(self, data, requires_grad=None, dtype=None, name=None):
         # A node's data is copied: two nodes sharing one array would miss each other's edits

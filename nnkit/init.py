@@ -212,5 +212,5 @@ def recurrent_weights(cell, inputs, hidden, forget_bias=1.0, seed=None):
     if cell == 'lstm':
         b[0, hidden:2 * hidden] = forget_bias
     b = _param(b, owner="recurrent_weights")
-    b._bias = True          # (a GRU's is (2, 3H): MaxNorm leaves it alone)
+    b.is_bias = True        # (a GRU's is (2, 3H): MaxNorm leaves it alone)
     return W, R, b

@@ -166,7 +166,7 @@ class MaxNorm(Modifier):
     In the (in, out) layout ``axis=0`` (the default) constrains each column, i.e. the incoming
     weights of each output unit; ``axis=1`` constrains each row. By default it applies to the
     weight matrices only: parameters with at least two rows that are no bias (biases, shape
-    (1, n), are skipped, and a GRU's (2, 3H) [b_i; b_h], which ``recurrent_weights`` marks);
+    (1, n), are skipped, and those marked ``p.is_bias = True``: a GRU's (2, 3H) [b_i; b_h]);
     an optimizer with a weight of more than two axes (a Conv2D kernel) refuses it then, as its
     vectors along ``axis`` would not be the units' weights: give ``params`` (and ``axis``).
     ``axis`` (an int or a tuple of ints) is checked when the modifier is made, against each of
@@ -193,7 +193,7 @@ class MaxNorm(Modifier):
 
     def applies(self, p):
         if self._ids is None:
-            return p.ndim >= 2 and p.shape[0] > 1 and not getattr(p, "_bias", False)
+            return p.ndim >= 2 and p.shape[0] > 1 and not getattr(p, "is_bias", False)
         return id(p) in self._ids
 
     def check_params(self, params, owner):
