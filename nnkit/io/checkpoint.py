@@ -58,7 +58,8 @@ def save(path, model, optimizer=None, extra=None, *, schedule=None, trainer=None
     meta = {"format": FORMAT, "version": VERSION,
             "model": {"type": type(model).__name__, "why": _rebuild_refusal(model)},
             "params": [{"name": name, "array": writer.add(p._data),
-                        **({} if p.requires_grad else {"constant": True})}
+                        **({} if p.requires_grad else {"constant": True}),
+                        **({"bias": True} if getattr(p, "is_bias", False) else {})}
                        for name, p in model_.params.items()],
             "buffers": [{"name": name, "array": writer.add(array)}
                         for name, array in model_.buffers.items()],

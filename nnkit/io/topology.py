@@ -255,6 +255,9 @@ def _rebuild(path, meta, saved, buffers, source, extra_ops):
     constants = {entry["name"] for entry in meta["params"] if entry.get("constant")}
     params = {name: _leaf(array, requires_grad=name not in constants)
               for name, array in saved.items()}
+    for entry in meta["params"]:        # (NetVar.is_bias: a GRU's bias, which MaxNorm skips)
+        if entry.get("bias") is True and entry["name"] in params:
+            params[entry["name"]].is_bias = True
     if meta.get("topology") is None:
         why = (meta.get("model") or {}).get("why")
         if why is not None or buffers:

@@ -268,7 +268,7 @@ def _layouts(model, where):
 
 
 def _described(part):
-    return f"{part.label} '{part.place}'"
+    return part.describe() if part.place else f"the model's {part.describe()}"
 
 
 def torch_state(model):

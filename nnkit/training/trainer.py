@@ -411,6 +411,12 @@ def _checked_metrics(metrics):
                     hasattr(type(metric), "value") or "value" in getattr(metric, "__dict__", ()))):
             raise TypeError(f"Trainer: metrics[{name!r}] must be a metric (update, reset, "
                             f"value), got {type(metric).__name__} {metric!r}")
+        try:        # (what a batch another metric refuses puts back: _update_metrics)
+            _held(metric)
+        except Exception as error:
+            raise TypeError(f"Trainer: metrics[{name!r}] cannot be copied ({type(error).__name__}: "
+                            f"{error}), which the Trainer does to put it back when another "
+                            "metric refuses a batch") from None
     return dict(metrics)
 
 
@@ -488,7 +494,7 @@ def _positions(batch, loss, predictions, mask, weighed=True):
 def _update_metrics(metrics, predictions, targets, mask):
     """Update every metric with the batch, or none: one refusing it puts back what the others
     hold (a batch counted by some metrics only would skew them)."""
-    kept = [_held(metric) for metric in metrics.values()]
+    kept = [(metric, _held(metric)) for metric in metrics.values()]
     try:
         for metric in metrics.values():
             if mask is None:
@@ -496,32 +502,28 @@ def _update_metrics(metrics, predictions, targets, mask):
             else:
                 metric.update(predictions, targets, mask=mask)
     except BaseException:
-        for attributes, saved, contents in kept:
-            attributes.clear()
-            attributes.update(saved)
-            for value, content in contents:
-                _put_back(value, content)
+        for metric, held in kept:
+            _put_back(metric, held)
         raise
 
 
+def _attributes(metric):
+    """What a metric holds: its instance dict and its filled slots, by name."""
+    names = [name for cls in type(metric).__mro__ for name in vars(cls).get("__slots__", ())
+             if name not in ("__dict__", "__weakref__")]
+    held = dict(getattr(metric, "__dict__", {}))
+    held.update((name, getattr(metric, name)) for name in names if hasattr(metric, name))
+    return held
+
+
 def _held(metric):
-    """``(attributes, their copy, [(value, a copy of its contents)])`` of a metric: what an
-    update may rebind (a sum, a count) or change in place (an array, a list, a dict, a set),
-    each taken so that ``_put_back`` restores it in the same object."""
-    attributes = vars(metric) if hasattr(metric, "__dict__") else {}
-    contents = [(value, value.copy() if backend.is_array(value) else
-                 list(value) if isinstance(value, list) else
-                 dict(value) if isinstance(value, dict) else set(value))
-                for value in attributes.values()
-                if backend.is_array(value) or isinstance(value, (list, dict, set))]
-    return attributes, dict(attributes), contents
+    """A deep copy of what ``metric`` holds (a metric inside it, arrays in a dict: any state an
+    update changes), for ``_put_back``."""
+    return copy.deepcopy(_attributes(metric))
 
 
-def _put_back(value, content):
-    if backend.is_array(value):
-        value[...] = content
-    elif isinstance(value, list):
-        value[:] = content
-    else:
-        value.clear()
-        value.update(content)
+def _put_back(metric, held):
+    for name in _attributes(metric).keys() - held.keys():      # made by the refused update
+        delattr(metric, name)
+    for name, value in held.items():
+        object.__setattr__(metric, name, value)

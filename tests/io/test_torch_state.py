@@ -408,7 +408,8 @@ def test_two_arrays_of_one_pytorch_key_are_refused_both_ways_and_nothing_changes
 
     model = Holder()
     before = {name: array.copy() for name, array in model.state().items()}
-    message = r"PyTorch's 'd.x.weight' would hold two of the model's arrays: of layers.Linear"
+    message = (r"PyTorch's 'd.x.weight' would hold two of the model's arrays: of 'd.x' "
+               r"\(layers.Linear\) and of 'd.x.weight' \(a parameter\)")
     with pytest.raises(TypeError, match=message):
         nn.torch_state(model)
     with pytest.raises(TypeError, match=message):

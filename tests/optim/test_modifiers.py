@@ -94,6 +94,24 @@ def test_max_norm_skips_a_bias_of_two_rows_and_constrains_the_weights_of_its_sha
         np.testing.assert_allclose(np.linalg.norm(layer.R.data, axis=0), 1.0)
 
 
+@pytest.mark.parametrize("suffix", [".npz", ".safetensors"])
+def test_a_bias_keeps_its_mark_through_a_checkpoint_a_model_is_rebuilt_from(tmp_path, suffix):
+    # nn.load without a model made fresh leaves: the rebuilt GRU's bias was rescaled again
+    W, R, b = nn.recurrent_weights("gru", 3, 4, seed=0)
+    b.data = np.full(b.shape, 5.0, dtype=b.data.dtype)
+    for saved in (nn.FFN((nn.ops.GRU, W, R, b)), {"W": W, "R": R, "b": b}):
+        path = str(tmp_path / f"m{suffix}")
+        nn.save(path, saved)
+        rebuilt = nn.load(path).model
+        params = rebuilt.vars if isinstance(rebuilt, nn.FFN) else list(rebuilt.values())
+        bias, = [p for p in params if getattr(p, "is_bias", False)]
+        opt = nn.GD(params, lr=0.0, modifiers=[nn.MaxNorm(1.0)])
+        for p in params:
+            p.g = np.ones(p.shape)
+        opt.step()
+        np.testing.assert_array_equal(bias.data, np.full(b.shape, 5.0))
+
+
 def test_max_norm_without_params_refuses_a_kernel_and_constrains_its_filters_when_asked():
     # attached without params it constrained a (O, C, kh, kw) kernel across output channels
     rng = np.random.default_rng(0)

@@ -494,17 +494,38 @@ class _Hits:
         self.reset()
 
     def reset(self):
-        self.hits, self.seen, self.per_class = 0, [], np.zeros(2)
+        self.hits, self.seen, self.per_class = 0, [], {"right": np.zeros(2)}
+        self.inner, self.weights = nn.Accuracy(), np.ones(2)
+        self.weights.flags.writeable = False
 
     def update(self, predictions, targets):
         right = np.asarray(predictions).argmax(axis=-1) == np.asarray(targets)
         self.hits += int(right.sum())
         self.seen.append(len(right))
-        self.per_class += np.bincount(np.asarray(targets)[right], minlength=2)
+        self.per_class["right"] += np.bincount(np.asarray(targets)[right], minlength=2)
+        self.inner.update(predictions, targets)
 
     @property
     def value(self):
         return self.hits / sum(self.seen)
+
+
+class _Slotted:
+    __slots__ = ("total", "count")
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.total = self.count = 0.0
+
+    def update(self, predictions, targets):
+        self.total += float((np.asarray(predictions).argmax(axis=-1) == targets).sum())
+        self.count += len(targets)
+
+    @property
+    def value(self):
+        return self.total / self.count
 
 
 def test_a_users_metric_of_its_own_state_is_counted_and_put_back_when_another_refuses():
@@ -518,11 +539,22 @@ def test_a_users_metric_of_its_own_state_is_counted_and_put_back_when_another_re
     predictions = (x @ params[0].data + params[1].data).argmax(axis=1)
     assert history["hits"] == [np.mean(predictions == y)]
     mine.reset()
-    refusing = {"hits": mine, "mse": nn.MSE()}       # MSE refuses the labels as targets
+    slotted = _Slotted()
+    refusing = {"hits": mine, "slotted": slotted, "mse": nn.MSE()}   # MSE refuses the labels
     trainer = nn.Trainer(step, nn.GD(params, lr=0.0), metrics=refusing)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="MSE: predictions of shape"):
         trainer.fit(_batches(x, y))
-    assert (mine.hits, mine.seen) == (0, []) and (mine.per_class == 0).all()
+    assert (mine.hits, mine.seen, mine.inner.count) == (0, [], 0)
+    assert (mine.per_class["right"] == 0).all() and (slotted.total, slotted.count) == (0, 0)
+
+
+def test_a_metric_that_cannot_be_copied_is_refused_when_the_trainer_is_built():
+    import threading
+    step, params = _model()
+    locked = _Hits()
+    locked.lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"metrics\['hits'\] cannot be copied \(TypeError"):
+        nn.Trainer(step, nn.GD(params, lr=0.0), metrics={"hits": locked})
 
 
 def test_a_class_weighted_or_ignoring_loss_weighs_its_batch_by_what_it_divided_by():
