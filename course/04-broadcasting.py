@@ -118,8 +118,10 @@ except ValueError as error:
     print("accumulate refused it:", error)
 
 # %% [markdown]
-# `gradcheck` catches the wrong rule either way, from the values (every element of input 0 is
-# off by the factor of the rows it was summed over):
+# `gradcheck` catches the wrong rule either way, from the values: the wrong rule sums the
+# gradient over the rows and hands that one row to every row, so each element of input 0 gets
+# the sum of its column's right values (the three numeric values of a column add up to the
+# analytic value repeated in it):
 
 # %%
 inputs.reset()

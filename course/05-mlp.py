@@ -85,11 +85,12 @@ print(f"Adam: test accuracy {adam_accuracy:.4f}")
 #
 # | optimizer | update of a parameter `p` with gradient `g` |
 # |---|---|
-# | `nn.GD(params, lr, momentum)` | `v ← momentum · v − lr · g`;  `p ← p + v` |
+# | `nn.GD(params, lr, momentum)` | `m ← β·m + (1−β)·g` (β = momentum);  `p ← p − lr · m` |
 # | `nn.Adam(params, lr, momentum, rms)` | `m ← β₁m + (1−β₁)g`;  `s ← β₂s + (1−β₂)g²`;  `p ← p − lr · m̂ / (√ŝ + ε)` (m̂, ŝ corrected for their start at 0) |
 #
-# Gradient descent with momentum (the article's Code 3) moves along a running sum of gradients;
-# Adam also divides each parameter's step by a running size of its gradients, so each
+# Gradient descent with momentum (the article's Code 3) moves along a running average of
+# gradients (PyTorch's SGD adds them up instead, so its steps are 1/(1−β) = 10 times larger at
+# β = 0.9); Adam also divides each parameter's step by a running size of its gradients, so each
 # parameter gets a step of about `lr` whatever the scale of its gradient. Train the same
 # network from the same start with each:
 
