@@ -324,11 +324,14 @@ class Recording:
 
     def guard(self, function, args, value):
         """A value read into Python: the replay reads it again and compares."""
-        if self.touched is not None:
-            # a replay that stops here could not take back what came before: refused
-            self.refuse(f"the step reads a value into Python ({_site()}) after {self.touched}; "
+        site = _site()
+        sources = self.sources_of((args, value))
+        if self.touched is not None and sources:
+            # a replay that stops here could not take back what came before: refused (a value
+            # of constants alone, the same at every call, is left out of the replay: read)
+            self.refuse(f"the step reads a value into Python ({site}) after {self.touched}; "
                         "return the node (not .item()) and read it after the call")
-        sources = self.add(_check, (function, args, value, _site()), {}, ())
+        sources = self.add(_check, (function, args, value, site), {}, (), sources)
         if sources and all(type(source) is tuple for source in sources) \
                 and function is not _ndarray.__bool__:
             # a number or index of the inputs alone (an RNN's lengths) shapes what the step

@@ -807,6 +807,29 @@ def test_arrays_shaped_by_their_arguments_after_an_optimizers_step_replay():
     assert same_as_eager(build, calls).replays >= 4
 
 
+def test_a_value_of_constants_read_after_an_optimizers_step_replays():
+    # a second loss whose target the step makes (its range check reads the target's min and
+    # max into Python) after the first optimizer's step: every call ran eagerly
+    def build():
+        A, B = nn.layers.Linear(4, 1), nn.layers.Linear(4, 1)
+        opt_a, opt_b = nn.Adam(A.vars, lr=0.01), nn.Adam(B.vars, lr=0.01)
+
+        def step(x):
+            loss_a = nn.MSELoss(A(x), x[:, :1])
+            loss_a.back()
+            opt_a.step()
+            loss_b = nn.SigmoidCELoss(B(x), np.ones((len(x), 1), np.float32))
+            loss_b.back()
+            opt_b.step()
+            return loss_a, loss_b
+        return step, lambda: list(A.vars) + list(B.vars)
+
+    def calls():
+        rng = np.random.default_rng(0)
+        return [(rng.standard_normal((6, 4)).astype(np.float32),) for _ in range(5)]
+    assert same_as_eager(build, calls).replays == 4
+
+
 def test_a_replay_stopped_after_the_optimizers_step_raises_instead_of_stepping_twice(
         monkeypatch):
     # the net under the refusal above: a replay that meets another shape after the update
