@@ -49,6 +49,7 @@ class Captured:
         self.deferred = inspect.isgeneratorfunction(body) or inspect.iscoroutinefunction(body) \
             or inspect.isasyncgenfunction(body)
         self.schedules = {}         # signature -> Schedule, or the reason it runs eagerly
+        self.others = {}            # signature -> the Schedule it had before (see _call)
         self.keyed = {}             # signature -> the inputs whose values the step reads
         self.warned_inputs = self.warned_keywords = False
         self.records = self.replays = 0
@@ -144,14 +145,18 @@ class Captured:
             why = schedule.stale()
             if why is None:
                 try:
-                    if self.check or not schedule.verified:
-                        return self._checked(schedule, inputs, key)
-                    result = schedule.replay(inputs)
-                    self.replays += 1
-                    schedule.records_in_a_row = 0
-                    return result
+                    return self._replay(schedule, inputs, key)
                 except GuardFailed as failure:
                     why = str(failure)
+            other = self.others.get(key)
+            if other is not None and other.stale() is None:
+                # the recording before may fit: a step whose state takes turns (gradients
+                # accumulated over calls, which an optimizer's step outside resets; a branch)
+                self.others[key], self.schedules[key] = schedule, other
+                try:
+                    return self._replay(other, inputs, key)
+                except GuardFailed:         # (neither: recorded again, beside the last one)
+                    self.others[key], self.schedules[key] = other, schedule
             schedule.records_in_a_row += 1
             if schedule.records_in_a_row == 4:
                 warnings.warn(f"capture: {_name(self.fn)} recorded again {schedule.records_in_a_row} "
@@ -160,7 +165,9 @@ class Captured:
             warnings.warn(f"capture: {_name(self.fn)} met more than {self.max_signatures} "
                           "signatures (input shapes, dtypes, modes); the oldest is forgotten: "
                           "pad to fewer shapes (docs/capture.md, 'Buckets')", stacklevel=3)
-            del self.schedules[next(iter(self.schedules))]
+            oldest = next(iter(self.schedules))
+            del self.schedules[oldest]
+            self.others.pop(oldest, None)
         self.records += 1
         try:
             new, result = record(self.fn, inputs)
@@ -171,17 +178,28 @@ class Captured:
             warnings.warn(f"capture: {_name(self.fn)} runs eagerly for this signature: "
                           f"{refusal}", stacklevel=3)
             self.schedules[key] = str(refusal)
+            self.others.pop(key, None)
             # an Unrecordable step ran (eagerly) while recording; a NotRecorded one did not
             return self.fn(*inputs) if isinstance(refusal, NotRecorded) else refusal.result
         if schedule is not None:
             new.records_in_a_row = schedule.records_in_a_row
+            self.others[key] = schedule     # kept, should the step's state turn back to it
         if not set(new.keyed) <= set(keyed):    # the recording read these inputs' values
             # (under the signature at entry: the call may have given a node input a gradient)
             keyed = self.keyed[plain_key] = tuple(sorted(set(keyed) | set(new.keyed)))
             for old in [k for k in self.schedules if k[:len(plain_key)] == plain_key]:
                 del self.schedules[old]
+                self.others.pop(old, None)
             key = plain_key + (_contents(inputs, keyed),)
         self.schedules[key] = new
+        return result
+
+    def _replay(self, schedule, inputs, key):
+        if self.check or not schedule.verified:
+            return self._checked(schedule, inputs, key)
+        result = schedule.replay(inputs)
+        self.replays += 1
+        schedule.records_in_a_row = 0
         return result
 
     def _checked(self, schedule, inputs, key):
@@ -212,6 +230,7 @@ class Captured:
                                  f"from eager in {difference}")
         if difference:
             schedule.restore(eager_state)
+            self.others.pop(key, None)
             self.schedules[key] = why = (
                 f"its first replay differed from eager in {difference}: the step reads "
                 "something capture cannot see (docs/capture.md, 'What a replay checks')")

@@ -490,28 +490,30 @@ def test_another_threads_eager_step_while_one_records_is_not_the_steps():
     assert captured.replays == 2
 
 
-def test_recording_again_every_other_call_does_not_warn():
+def test_a_branch_taking_turns_replays_both_recordings_of_the_signature():
     """A branch on a computed value taking turns: a recording, its (checked) replay, another
-    recording...: never four recordings in a row."""
-    nn.seed(0)
-    layer = nn.layers.Linear(3, 2)
-    opt = nn.GD(layer.vars, lr=0.1)
+    recording, its replay, then replays of each in turn (a signature keeps the recording
+    before its last), as eager, never a warning."""
+    def build():
+        layer = nn.layers.Linear(3, 2)
+        opt = nn.GD(layer.vars, lr=0.1)
 
-    def step(x):
-        out = layer(x)
-        if x[0, 0] > 0:
-            out = out * 2.0
-        loss = nn.Sum(out ** 2)
-        loss.back()
-        opt.step()
-        return loss
+        def step(x):
+            out = layer(x)
+            if x[0, 0] > 0:
+                out = out * 2.0
+            loss = nn.Sum(out ** 2)
+            loss.back()
+            opt.step()
+            return loss
+        return step, lambda: list(layer.vars)
 
-    captured = nn.capture(step)
+    signs = (1, 1, -1, -1, 1, 1, -1, -1, 1, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for sign in (1, 1, -1, -1, 1, 1, -1, -1, 1, 1):
-            captured(np.full((2, 3), sign, np.float32))
-    assert captured.records == 5
+        captured = same_as_eager(build, lambda: [(np.full((2, 3), sign, np.float32),)
+                                                 for sign in signs])
+    assert (captured.records, captured.replays) == (2, 8)
 
 
 @pytest.mark.parametrize("take", ["index", "item", "astype"])
@@ -828,6 +830,40 @@ def test_a_value_of_constants_read_after_an_optimizers_step_replays():
         rng = np.random.default_rng(0)
         return [(rng.standard_normal((6, 4)).astype(np.float32),) for _ in range(5)]
     assert same_as_eager(build, calls).replays == 4
+
+
+def test_gradients_accumulated_over_calls_replay_both_recordings_of_the_signature():
+    # the optimizer's step outside the captured step resets the gradients every K calls: a
+    # call without gradients at entry and one with them took turns replacing the signature's
+    # one recording, so every call (K = 2) recorded again
+    K = 3
+
+    def run(captured):
+        nn.seed(0)
+        model = nn.layers.Sequential(nn.layers.Linear(6, 8), nn.ReLU, nn.layers.Linear(8, 3))
+        opt = nn.Adam(model.vars, lr=0.02)
+
+        def accumulate(x, y):
+            loss = nn.SoftmaxCELoss(model(x), y) * (1 / K)
+            loss.back()
+            return loss
+        step = nn.capture(accumulate) if captured else accumulate
+        rng = np.random.default_rng(1)
+        losses = []
+        for i in range(5 * K):
+            x, y = rng.standard_normal((4, 6)), rng.integers(0, 3, 4)
+            losses.append(step(x, y).data.copy())
+            if i % K == K - 1:
+                opt.step()
+        return step, losses, [p.data.copy() for p in model.vars]
+
+    _, eager_losses, eager_params = run(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step, losses, params = run(True)
+    assert (step.records, step.replays) == (2, 5 * K - 2)
+    for a, b in zip(eager_losses + eager_params, losses + params):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_a_replay_stopped_after_the_optimizers_step_raises_instead_of_stepping_twice(
