@@ -7,6 +7,7 @@ runs, ``inputs.py``; ``Unrecordable`` after it ran)."""
 import bisect
 import copy
 import gc
+import numbers
 import sys
 import threading
 
@@ -15,6 +16,7 @@ import numpy
 from .. import core
 from ..core import NetVar, constant
 from ..module import Module
+from ..ops.loss import Loss
 from ..optim.base import Optimizer
 from .instructions import _draw, _live_step, _root, live_step_of
 from .program import program, written
@@ -392,6 +394,13 @@ def _outputs(result, rec):
         if type(data) is not Traced:
             rec.refuse("the step returns a node whose value capture did not see computed")
             return ("value", result)
+        # a loss goes out with what it divided by, by which the Trainer weighs its batch
+        denominator = getattr(result, "denominator", None) if isinstance(result, Loss) else None
+        if type(denominator) is Traced:
+            kind = "scalar" if id(denominator) in rec.scalars else "array"
+            return ("loss", (plain(data), (kind, plain(denominator))))
+        if isinstance(denominator, numbers.Number):
+            return ("loss", (plain(data), ("value", denominator)))
         return ("node", plain(data))
     if type(result) is Traced:
         return ("scalar" if id(result) in rec.scalars else "array", plain(result))

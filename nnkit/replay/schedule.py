@@ -393,6 +393,14 @@ class Replayed:
         return f"<{self.where} after a replay of nn.capture: no node>"
 
 
+class LossValue(NetVar):
+    """What a replay hands out for a loss the step returns: its value (a node needing no
+    gradient, as every node a replay hands out) and the loss's ``denominator``, what it divided
+    by (B rows, Σ w of class weights, the valid positions), by which the Trainer weighs its
+    batch."""
+    __slots__ = ("denominator",)
+
+
 def _put_back(held, saved):
     """What held ``saved``'s values (an array), with them again; else a copy of ``saved``."""
     if type(held) is _ndarray and type(saved) is _ndarray and held.shape == saved.shape and \
@@ -434,6 +442,12 @@ def _handed_out(spec):
     if kind == "node":                  # (an integer or boolean one keeps its dtype too)
         value = value.copy()
         return constant(value) if value.dtype.kind == "f" else constant(value, dtype=value.dtype)
+    if kind == "loss":                  # (data, the spec of its denominator)
+        data, denominator = value
+        node = LossValue(data.copy(), requires_grad=False)
+        node._data = data.copy()            # (as it is: NetVar makes a 0-d array a row)
+        node.denominator = _handed_out(denominator)
+        return node
     if kind == "array":
         return value.copy()
     if kind == "scalar":                # a NumPy scalar, as eager returns it

@@ -65,6 +65,7 @@ from ..distributed import DataParallel
 from ..modes import eval_mode, no_grad
 from .hooks import History, Hook, PlotHistory, ProgressBar, SaveBest  # noqa: F401  (Hook too)
 from ..ops.loss import Loss
+from ..replay.schedule import LossValue
 from .metrics import MeanLoss
 
 _CALLBACKS = ("on_fit_start", "on_epoch_start", "on_before_step", "on_batch_end",
@@ -467,8 +468,8 @@ def _describe(result):
 def _positions(batch, loss, predictions, mask, weighed=True):
     """The weight of a batch in the epoch's mean loss (``weighed=False``: its samples, the rows
     or valid positions, whatever weights the loss gives them)."""
-    denominator = getattr(loss, "denominator", None) if isinstance(loss, Loss) and weighed \
-        else None
+    denominator = getattr(loss, "denominator", None) if isinstance(loss, (Loss, LossValue)) \
+        and weighed else None       # (LossValue: a loss as a replay of nn.capture hands it out)
     if denominator is not None:               # what the loss itself divided by (Σ wᵢ)
         return float(backend.to_cpu(denominator))
     if mask is not None:

@@ -866,6 +866,34 @@ def test_gradients_accumulated_over_calls_replay_both_recordings_of_the_signatur
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("loss_of", [
+    lambda z, y: nn.SoftmaxCELoss(z, y, ignore_index=-1),             # Σ of the kept: an array
+    lambda z, y: nn.SoftmaxCELoss(z, np.maximum(y, 0), weight=np.array([0.2, 1.0, 3.0])),
+    lambda z, y: nn.SoftmaxCELoss(z, np.maximum(y, 0)),                # rows: a number
+], ids=["ignored", "class-weights", "rows"])
+def test_a_loss_a_replay_hands_out_keeps_what_it_divided_by_for_the_trainer(loss_of):
+    # the replay handed out a constant: Trainer.evaluate weighed each batch by its rows, not
+    # by what the loss divided by (another validation loss, silently)
+    rng = np.random.default_rng(0)
+    batches = []
+    for ignored in (4, 12, 7, 0):
+        y = rng.integers(0, 3, 16)
+        y[:ignored] = -1
+        batches.append((rng.standard_normal((16, 6)), y))
+    nn.seed(0)
+    model = nn.layers.Sequential(nn.layers.Linear(6, 8), nn.Tanh, nn.layers.Linear(8, 3))
+
+    def step(x, y):
+        return loss_of(model(x), y)
+    captured = nn.capture(step)
+    opt = nn.GD(model.vars, lr=0.0)
+    eager = nn.Trainer(lambda batch: step(*batch), opt).evaluate(batches)
+    replayed = nn.Trainer(lambda batch: captured(*batch), opt).evaluate(batches)
+    assert captured.replays == 3 and replayed == eager
+    loss = captured(*batches[0])
+    assert float(np.asarray(loss.denominator)) == float(np.asarray(step(*batches[0]).denominator))
+
+
 def test_a_replay_stopped_after_the_optimizers_step_raises_instead_of_stepping_twice(
         monkeypatch):
     # the net under the refusal above: a replay that meets another shape after the update
