@@ -118,6 +118,7 @@ def record(fn, inputs):
                        "leave a marker for the node it did not make: last_call names "
                        "attributes that a call sets to one node")
     _take_out(schedule, rec, inputs)
+    _copied_out(world.modules, start)
     write_back(schedule, rec, given, handed, apart, before_call)
     earlier = sorted({source[1] for *_, sources in rec.program for source in sources
                       if type(source) is tuple and source[0] == "earlier"})
@@ -248,6 +249,25 @@ def _hand_in(schedule, rec, inputs):
             if isinstance(getattr(owner, name, None), _ndarray):
                 _enter(schedule, rec, owner, name)
     return traced
+
+
+def _copied_out(modules, start):
+    """The nodes this call left in Modules' ``last_call`` attributes, and the graph the step
+    made behind them, given copies of their arrays: an eager call's own, where the recording's
+    are the replay's buffers, which every replay overwrites (a node the user kept changed)."""
+    stack = [getattr(module, name, None) for module in modules for name in type(module).last_call]
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, NetVar) or node.index < start or id(node) in seen:
+            continue            # (a parameter, an input: their own arrays, put back)
+        seen.add(id(node))
+        for name, value in _attributes(node).items():
+            if isinstance(value, _ndarray):             # (a Traced array too)
+                setattr(node, name, plain(value).copy())
+            elif isinstance(value, NetVar):
+                stack.append(value)
+        stack += node._parents
 
 
 def _arrays_kept(value):

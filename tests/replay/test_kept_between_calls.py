@@ -302,6 +302,35 @@ def test_the_articles_ffn_trained_by_a_captured_step_replays_as_eager():
         net.back()
 
 
+def test_the_node_a_module_keeps_of_the_recording_call_is_its_own_as_eagers():
+    # FFN.output of the call that recorded held the recording's arrays (of the replay's type),
+    # which every replay after it overwrote: a node the user kept changed behind their back
+    rng = np.random.default_rng(3)
+    net = nn.FFN((nn.Multiply, nn.NetVar(rng.standard_normal((3, 5)))), (nn.Add, nn.zeros(5)),
+                 (nn.Tanh,), (nn.Multiply, nn.NetVar(rng.standard_normal((5, 2)))))
+    opt = nn.GD(net.vars, lr=0.1)
+
+    @nn.capture
+    def train(x, y):
+        loss = nn.MSELoss(net(x), y)
+        loss.back()
+        opt.step()
+        return loss
+
+    train(rng.standard_normal((4, 3)), np.zeros((4, 2)))
+    kept = net.output
+    graph = [kept] + list(kept.parents) + list(kept.parents[0].parents)
+    graph = [node for node in graph if node.parents]        # (not the parameters, trained)
+    assert len(graph) == 3
+    values = [node.data.copy() for node in graph]
+    for _ in range(4):
+        train(rng.standard_normal((4, 3)), np.zeros((4, 2)))
+    assert train.replays == 4
+    for node, value in zip(graph, values):
+        assert type(node.data) is np.ndarray
+        np.testing.assert_array_equal(node.data, value)
+
+
 def test_a_module_of_a_users_own_keeping_its_last_output_runs_eagerly_saying_how_to_replay():
     class Keeps(nn.Module):
         def __init__(self):
