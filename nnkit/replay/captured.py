@@ -14,7 +14,7 @@ from ..modes import state as modes, threads_without_grad
 from . import record as recording
 from .instructions import GuardFailed, ReplayStopped, _same, exact
 from .record import Unrecordable
-from .first_call import record
+from .first_call import BOUND, record
 from .inputs import NotRecorded
 
 __all__ = ["capture", "Captured"]
@@ -79,7 +79,7 @@ class Captured:
                 self._static = Captured(self.fn.__func__, self.check, self.max_signatures)
             return self._static
         # (this capture's own name: a subclass of the same name keeps its own)
-        key = f"_captured_{getattr(self.fn, '__qualname__', '')}_{id(self):x}"
+        key = f"{BOUND}{getattr(self.fn, '__qualname__', '')}_{id(self):x}"
         try:
             held = vars(obj)
         except TypeError:           # (an object without __dict__: __slots__)

@@ -27,6 +27,7 @@ from .inputs import check_inputs, inputs_apart, state_arrays, state_before, writ
 from .world import World, op_classes
 
 _ndarray = numpy.ndarray
+BOUND = "_captured_"    # where an object keeps the capture of its method (Captured.__get__)
 
 
 class Meeting:
@@ -133,6 +134,8 @@ def record(fn, inputs):
         rec.refuse(f"the step changes Python state a replay would not: {moved}")
     ignore = {(id(owner), name) for owner, name, _ in schedule.counters}
     for holder, name in changed(before, world.snapshot(optimizers=True), ignore):
+        if isinstance(name, str) and name.startswith(BOUND):
+            continue        # (the capture of a method, bound to the object as the step ran)
         owner = ("a parameter group of an optimizer" if isinstance(holder, dict)
                  else type(holder).__name__)
         if isinstance(holder, Module) and _made(holder, name, start):

@@ -89,7 +89,8 @@ class Traced(_ndarray):
                   "copy", "__getitem__", "__setitem__", "fill", "argmax", "argmin", "argsort",
                   "sort", "dot", "take", "repeat", "cumsum", "cumprod", "nonzero", "put",
                   "view", "__copy__", "__deepcopy__", "__reduce__", "__reduce_ex__",
-                  "byteswap", "partition", "searchsorted", "diagonal", "conj", "round"):
+                  "byteswap", "partition", "searchsorted", "diagonal", "conj", "round",
+                  "mean", "var", "std"):      # (float16's end in a conversion NumPy makes)
         locals()[_name] = _method(_name)
     del _name
     T = property(lambda self: call(_ndarray.transpose, (self,), {}))

@@ -58,6 +58,8 @@ class World:
         self.objects = []       # objects read by name at run time: compared attribute by attribute
         self._seen, self._seen_names, self._kept = set(), {}, []    # what was read, once
         self._met, self._read = {}, set()   # code met while running (its names), read before
+        self._methods, self._functions = [], []     # Module and optimizer methods that ran:
+        # (class, name), and the function each was (one guard compares them all: _method_ran)
         for position, value in enumerate(inputs):
             self._visit(value, f"input {position}", None, depth=0)
         self._read_function(fn, _name(fn), depth=0)
@@ -103,6 +105,7 @@ class World:
         step runs (a modifier's), which every replay runs again, a list or tuple of arrays
         is that call's own (the gradients), not a value to guard."""
         code = frame.f_code
+        self._method_ran(frame)
         names = self._met.get(code)
         first = names is None
         if first:
@@ -111,6 +114,31 @@ class World:
         if names:
             self._kept_as_found(self._read_frame, frame, names, first and code not in self._read,
                                 live)
+
+    def _method_ran(self, frame):
+        """A method of a Module or an optimizer that ran (nnkit's own too, whose code is not
+        read: ``TransformerEncoderLayer._drop`` run by its forward): the function its class
+        gives that name is guarded, so a method replaced on the class records again."""
+        code = frame.f_code
+        if not code.co_argcount:
+            return
+        owner = frame.f_locals.get(code.co_varnames[0])
+        if not isinstance(owner, (Module, Optimizer)):
+            return
+        cls, name = type(owner), code.co_name
+        if (cls, name) in self._methods:
+            return
+        function = getattr(cls, name, None)     # (a function: a class gives it as it is)
+        if getattr(function, "__code__", None) is code and not str(
+                function.__module__).startswith(__package__):  # (not the recording's own hook)
+            if not self._methods:
+                self.guards.append(("a method of the step's Modules or optimizers",
+                                    self._methods_now, self._functions, "equal"))
+            self._methods.append((cls, name))
+            self._functions.append(function)
+
+    def _methods_now(self):
+        return [getattr(cls, name, None) for cls, name in self._methods]
 
     def _read_frame(self, frame, names, globals_too, live):
         where = _where(frame.f_code)
