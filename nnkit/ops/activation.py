@@ -20,7 +20,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp, NetVar
-from ..dtypes import wide
+from ..dtypes import wide, wide_sum
 from ..hints import no_input, not_a_node
 from .math import Where, last_sum
 from .shape import keyword_error, narrowed, normalize_axis, widened
@@ -117,8 +117,14 @@ def softmax(x, axis=-1, mask=None, overwrite=False):
 
 
 def _sum(a, axis):
-    """Σ over ``axis``, kept; over the last axis through BLAS (``math.last_sum``)."""
-    return last_sum(a) if axis in (-1, a.ndim - 1) else a.sum(axis=axis, keepdims=True)
+    """Σ over ``axis``, kept; over the last axis through BLAS (``math.last_sum``); float16 in
+    float32 (``dtypes.wide_sum``: a long axis summed in float16 stops growing at 2048)."""
+    return last_sum(a) if axis in (-1, a.ndim - 1) else wide_sum(a, axis=axis, keepdims=True)
+
+
+def _summed_like(a, axis):
+    """Σ over ``axis``, kept, in ``a``'s dtype (float16 accumulated in float32)."""
+    return wide_sum(a, axis=axis, keepdims=True).astype(a.dtype, copy=False)
 
 
 def sigmoid(x, xp):
@@ -277,8 +283,7 @@ class SoftMax(NetOp):
         g = self._g
         if self.mask is not None:       # a masked y is the constant 0: its g reaches nothing
             g = backend.array_module(g).where(self.mask, g, 0)
-        x.accumulate_same_shape(
-            self._data * (g - (g * self._data).sum(axis=self.axis, keepdims=True)))
+        x.accumulate_same_shape(self._data * (g - _summed_like(g * self._data, self.axis)))
 
     def _grads(self, g, x):
         if self.mask is not None:       # as in _back: not g · m, which is NaN for an infinite g
@@ -338,7 +343,7 @@ class LogSoftmax(NetOp):
         g = self._g
         if self.mask is not None:       # a masked y is the constant −inf: its g reaches nothing
             g = xp.where(self.mask, g, 0)
-        x.accumulate_same_shape(g - xp.exp(self._data) * g.sum(axis=self.axis, keepdims=True))
+        x.accumulate_same_shape(g - xp.exp(self._data) * _summed_like(g, self.axis))
 
     def _grads(self, g, x):
         if self.mask is not None:       # as in _back: not g · m, which is NaN for an infinite g

@@ -86,7 +86,9 @@ class Attention(NetOp):
                                 f"{scores} of {shapes}", xp)
             keep = mask if keep is None else keep & mask
 
-        if qd.shape[-1] < Tk:   # the scale on q, the smaller: one pass fewer over the scores
+        # the scale on q, the smaller: one pass fewer over the scores; always in float16, where
+        # q·k may overflow (65504) while the scaled scores fit
+        if qd.shape[-1] < Tk or qd.dtype == numpy.float16:
             s = (qd * scale) @ xp.swapaxes(kd, -1, -2)
         else:
             s = qd @ xp.swapaxes(kd, -1, -2)

@@ -14,7 +14,7 @@ import numpy
 
 from .. import backend, checks
 from ..core import NetOp
-from ..dtypes import wide
+from ..dtypes import wide, wide_sum
 from ..hints import AppliedOp
 from .arithmetic import _nodes
 from .shape import keyword_error, narrowed, normalize_axes, normalize_axis, widened
@@ -48,7 +48,7 @@ def expand_reduced(g, axes, keepdims, shape):
 
 
 class Sum(NetOp):
-    """Sum over ``axis`` (all axes when None), as ``numpy.sum``.
+    """Sum over ``axis`` (all axes when None), as ``numpy.sum`` (float16 accumulated in float32).
 
     y = Σ_axis x
     dx = expand(g)   (g copied along the summed axes)
@@ -60,7 +60,10 @@ class Sum(NetOp):
             raise keyword_error(type(self).__name__, keywords)
         self.axes, self.keepdims = reduced_axes("Sum", x, axis, keepdims)
         xp = backend.array_module(x._data)
-        super().__init__(xp.asarray(x._data.sum(axis=self.axes, keepdims=self.keepdims)), x)
+        # (float16 accumulated in float32, as PyTorch does: along a strided axis NumPy adds
+        # in float16, where 2048 + 1 = 2048)
+        y = xp.asarray(wide_sum(x._data, axis=self.axes, keepdims=self.keepdims))
+        super().__init__(y.astype(numpy.float16) if x._data.dtype == numpy.float16 else y, x)
 
     def _back(self, x):
         x.accumulate(_spread(self, self._g, x))
@@ -187,7 +190,8 @@ class LogSumExp(NetOp):
         xp = backend.array_module(x._data)
         m = x._data.max(axis=self.axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)
-        y = xp.log(xp.exp(x._data - m).sum(axis=self.axes, keepdims=True)) + m
+        y = xp.log(wide_sum(xp.exp(x._data - m), axis=self.axes, keepdims=True)) + m
+        y = y.astype(x._data.dtype, copy=False)     # (float16: summed in float32)
         super().__init__(y if self.keepdims else y.squeeze(axis=self.axes), x)
 
     def _back(self, x):

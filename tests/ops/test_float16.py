@@ -150,3 +150,43 @@ def test_layer_norm_of_float16_sums_its_rows_in_float32():
         grads.append(node.g.astype(np.float64))
     assert np.isfinite(grads[1]).all()
     np.testing.assert_allclose(grads[1], grads[0], atol=0.05 * np.abs(grads[0]).max())
+
+
+_W = np.random.default_rng(1).standard_normal((5000, 3))      # weights along the long axis
+
+
+def _weights(x, transpose=False):
+    return nn.NetVar((_W.T if transpose else _W).astype(x.data.dtype), requires_grad=False)
+
+
+LONG_AXIS = {       # a long axis summed in float16 (2048 + 1 = 2048) went wrong silently
+    "SoftMax axis 0": lambda x: nn.SoftMax(x, axis=0) * _weights(x),
+    "SoftMax axis -1": lambda x: nn.SoftMax(x.T, axis=-1) * _weights(x, True),
+    "LogSoftmax axis 0": lambda x: nn.LogSoftmax(x, axis=0) * _weights(x),
+    "LogSoftmax axis -1": lambda x: nn.LogSoftmax(x.T) * _weights(x, True),
+    "LogSumExp axis 0": lambda x: nn.LogSumExp(x, axis=0) * _like(x, [1.0, -2.0, 0.5]),
+    "Sum axis 0": lambda x: nn.Sum(x, axis=0) * _like(x, [1.0, -2.0, 0.5]),
+}
+
+
+@pytest.mark.parametrize("name", LONG_AXIS)
+def test_float16_sums_over_a_long_axis_in_float32(name):
+    # softmaxes along axis 0 of (5000, 3) summed to 1.7; LogSumExp gave 7.95 for 8.52
+    x = np.random.default_rng(0).normal(0, 0.1, (5000, 3))
+    expected, (expected_grad,) = _value_and_grad(LONG_AXIS[name], x)
+    value, (grad,) = _value_and_grad(LONG_AXIS[name], x.astype(np.float16))
+    assert value.dtype == grad.dtype == np.float16
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(value.astype(np.float64), expected, atol=4e-3 * scale)
+    np.testing.assert_allclose(grad.astype(np.float64), expected_grad,
+                               atol=4e-3 * np.abs(expected_grad).max())
+
+
+def test_float16_attention_scales_before_its_scores_overflow():
+    # q·k = 102,400 overflows float16, the scaled score 12,800 does not: NaN when d >= Tk
+    q = np.full((1, 2, 64), 40.0)
+    v = np.random.default_rng(0).standard_normal((1, 2, 3))
+    expected = nn.Attention(nn.NetVar(q), nn.NetVar(q), nn.NetVar(v)).data
+    found = nn.Attention(*(nn.NetVar(a.astype(np.float16)) for a in (q, q, v))).data
+    assert found.dtype == np.float16
+    np.testing.assert_allclose(found.astype(np.float64), expected, atol=2e-3)
