@@ -927,19 +927,7 @@ def test_a_method_of_nnkits_own_replaced_on_a_layers_class_records_again():
 def test_an_override_calling_a_captured_method_of_its_base_replays():
     # the base's capture, bound to the object while the override recorded, was taken for an
     # attribute the step changed: the override ran eagerly for good
-    class Learner(nn.Module):
-        def __init__(self):
-            self.layer = nn.layers.Linear(4, 2)
-            self.opt = nn.GD(self.layer.vars, lr=0.1)
-
-        @nn.capture
-        def step(self, x):
-            loss = nn.Sum(self.layer(x) ** 2)
-            loss.back()
-            self.opt.step()
-            return loss
-
-    class Halving(Learner):
+    class Halving(_Learner):     # (below: its step is captured)
         @nn.capture
         def step(self, x):
             return super().step(x * 0.5)
