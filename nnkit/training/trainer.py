@@ -60,7 +60,7 @@ import time
 import numpy
 
 from .. import backend, checks
-from ..core import NetVar
+from ..core import NetVar, collect
 from ..distributed import DataParallel
 from ..modes import eval_mode, no_grad
 from .hooks import History, Hook, PlotHistory, ProgressBar, SaveBest  # noqa: F401  (Hook too)
@@ -296,7 +296,8 @@ class Trainer:
         batches = iter(batches)
         while (batch := self._next_batch(batches)) is not _END:
             loss, predictions, targets, mask = _unpack(self.step_fn(batch), self.metrics)
-            size = self.batch_weight = _positions(batch, loss, predictions, mask)
+            size = self.batch_weight = _positions(batch, loss, predictions, mask,
+                                                  parallel=self.parallel is not None)
             samples += _positions(batch, loss, predictions, mask, weighed=False)
             value = loss.item()
             _update_metrics(self.metrics, predictions, targets, mask)
@@ -465,11 +466,30 @@ def _describe(result):
     return type(result).__name__
 
 
-def _positions(batch, loss, predictions, mask, weighed=True):
+def _denominator(loss, parallel=False):
+    """What the loss divided by: its own ``denominator`` (a ``LossValue``: a loss as a replay of
+    nn.capture hands it out), or that of the one nnkit loss it was computed from (a loss plus a
+    penalty); None when there is none. Several that divide by different totals: None, and
+    refused under DataParallel, whose ranks' gradients no single weight would average."""
+    if isinstance(loss, (Loss, LossValue)):
+        return getattr(loss, "denominator", None)
+    if not (isinstance(loss, NetVar) and loss._parents):
+        return None
+    totals = {float(backend.to_cpu(node.denominator)) for node in collect((loss,))
+              if isinstance(node, Loss) and getattr(node, "denominator", None) is not None}
+    if len(totals) > 1 and parallel:
+        raise ValueError(
+            f"DataParallel: the loss adds nnkit losses that divide by different totals "
+            f"({', '.join(f'{total:g}' for total in sorted(totals))}), so no one weight averages "
+            "the ranks' gradients as one process would; train on one of them, or return a mask "
+            "of the positions that count with the loss")
+    return totals.pop() if len(totals) == 1 else None
+
+
+def _positions(batch, loss, predictions, mask, weighed=True, parallel=False):
     """The weight of a batch in the epoch's mean loss (``weighed=False``: its samples, the rows
     or valid positions, whatever weights the loss gives them)."""
-    denominator = getattr(loss, "denominator", None) if isinstance(loss, (Loss, LossValue)) \
-        and weighed else None       # (LossValue: a loss as a replay of nn.capture hands it out)
+    denominator = _denominator(loss, parallel) if weighed else None
     if denominator is not None:               # what the loss itself divided by (Σ wᵢ)
         return float(backend.to_cpu(denominator))
     if mask is not None:

@@ -575,6 +575,30 @@ def test_a_class_weighted_or_ignoring_loss_weighs_its_batch_by_what_it_divided_b
     assert history["loss"][0] == pytest.approx(weighted((x, y)).item(), rel=1e-12)
 
 
+def test_a_loss_plus_a_penalty_weighs_its_batch_by_what_the_loss_divided_by():
+    # the sum is no Loss: batches were weighed by their rows, ignored ones too (and under
+    # DataParallel so were the ranks' gradients: other parameters than one process's)
+    x, y = _problem(rows=30)
+    step, params = _model()
+    y = y.copy()
+    y[:12] = -1
+
+    def penalized(batch):
+        xb, yb = batch
+        z = nn.NetVar(xb, requires_grad=False) @ params[0] + params[1]
+        return nn.SoftmaxCELoss(z, yb, ignore_index=-1) + 1e-3 * nn.Sum(params[0] * params[0])
+
+    history = nn.Trainer(penalized, nn.GD(params, lr=0.0)).fit(_batches(x, y, 16))
+    assert history["loss"][0] == pytest.approx(penalized((x, y)).item(), rel=1e-12)
+    z = nn.NetVar(x[:4], requires_grad=False) @ params[0]
+    two = nn.SoftmaxCELoss(z, y[:4], ignore_index=-1) + nn.SoftmaxCELoss(z, np.maximum(y[:4], 0))
+    from nnkit.training.trainer import _denominator
+    with pytest.raises(ValueError, match=r"DataParallel: the loss adds nnkit losses that divide "
+                                         r"by different totals \(0, 4\)"):
+        _denominator(two, parallel=True)
+    assert _denominator(two) is None          # one process: weighed by its rows
+
+
 def test_a_masked_mse_weighs_each_batch_by_its_valid_elements():
     # MSELoss states its N (the valid elements) as its denominator: the epoch's value is the
     # masked mean over all the data (each batch weighed by all its T·B positions gave 5.0)
