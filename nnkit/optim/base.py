@@ -3,6 +3,7 @@
 __all__ = ['Optimizer']
 import functools
 import math
+import operator
 import weakref
 
 import numpy
@@ -303,6 +304,13 @@ class Optimizer:
                 f"build the optimizer again over the model's vars (to change a parameter's "
                 "values and keep it, assign its data: p.data = ...); nothing was updated")
         self._check_all_options(where)
+        grouped = [p for group in self.param_groups for p in group["params"]]
+        if len(grouped) != len(self.params) or not all(map(operator.is_, grouped, self.params)):
+            raise RuntimeError(                 # (state is kept by position: another's)
+                f"{where}: the parameters of param_groups are no longer those it was given (one "
+                "added to or removed from a group's 'params' list by hand), so each would be "
+                "updated with another's state; add parameters with add_param_group(...), or "
+                "build the optimizer again; nothing was updated")
         pending = []            # (position, parameter, group) of the parameters with a gradient
         position = 0
         for group in self.param_groups:

@@ -216,3 +216,25 @@ def test_clip_grad_norm_with_an_infinite_max_norm_leaves_every_gradient_as_it_is
         opt.step()
     assert clip.last_norm == float("inf")
     np.testing.assert_array_equal(p.data, [[-np.inf, -1.0, -2.0]])
+
+
+def test_a_parameter_added_to_a_group_by_hand_is_refused_before_any_update():
+    # the state is kept by position: the new parameter was updated with another's moments,
+    # which it corrupted, and the next step of that other parameter raised IndexError
+    a, b, c = _param([[1.0]]), _param([[2.0]]), _param([[3.0]])
+    opt = nn.Adam([{"params": [a]}, {"params": [b], "lr": 0.5}])
+    for _ in range(3):
+        b.g = np.array([[100.0]])
+        opt.step()
+    state = copy_module.deepcopy(opt.state)
+    opt.param_groups[0]["params"].append(c)
+    c.g, b.g = np.array([[-1e-3]]), np.array([[1.0]])
+    with pytest.raises(RuntimeError, match=r"Adam.step\(\): the parameters of param_groups are "
+                                           r"no longer those it was given"):
+        opt.step()
+    assert c.data[0, 0] == 3.0 and opt.state[1]["t"] == state[1]["t"] == 3
+    np.testing.assert_array_equal(opt.state[1]["m"], state[1]["m"])
+    opt.param_groups[0]["params"].pop()
+    opt.add_param_group({"params": [c]})
+    opt.step()
+    assert c.data[0, 0] > 3.0 and opt.state[2]["t"] == 1
