@@ -43,9 +43,11 @@ def runs(optimizer, items):
         return kept.cut(items)
     if not elementwise(optimizer):
         return [[item] for item in items]
-    lengths, previous, size, roots = [], None, 0, set()
-    for item in items:
-        key = _key(optimizer, item, roots)
+    lengths, previous, size = [], None, 0
+    apart = _sharing([[item[1]._data] + [value for value in optimizer.state[item[0]].values()
+                                         if backend.is_array(value)] for item in items])
+    for index, item in enumerate(items):
+        key = None if index in apart else _key(optimizer, item)
         n = item[1]._data.size
         if key is not None and key == previous and size + n <= RUN_MOST:
             lengths[-1] += 1
@@ -58,17 +60,13 @@ def runs(optimizer, items):
     return optimizer._flat_runs.cut(items)
 
 
-def _key(optimizer, item, roots):
+def _key(optimizer, item):
     """What the parameters of one run share, or None for a parameter updated alone."""
     position, p, group, g = item
     data = p._data
     kind = type(data)
     if data.size > SMALL or type(g) is not kind or g.dtype != data.dtype:
         return None
-    root = data if data.base is None else data.base     # two parameters in one memory: alone
-    if id(root) in roots:
-        return None
-    roots.add(id(root))
     entries = []
     for name, value in optimizer.state[position].items():
         if name in optimizer.state_counts and type(value) is int:
@@ -78,6 +76,39 @@ def _key(optimizer, item, roots):
         else:
             return None
     return id(group), kind, data.dtype, tuple(sorted(entries))
+
+
+def _sharing(arrays):
+    """The positions of the lists of ``arrays`` (a parameter's data and state arrays each) that
+    may share memory with another list's or among themselves, by their byte ranges, whatever
+    their bases (a view through DLPack or ``as_strided``, one state array for two): those
+    parameters are updated alone, in order, as one at a time."""
+    spans = sorted((type(array).__name__, *bounds, position)
+                   for position, group in enumerate(arrays) for array in group
+                   if (bounds := _bounds(array)) is not None)
+    apart, cluster, kind, end = set(), [], None, 0
+    for this_kind, low, high, position in spans + [(None, 0, 0, None)]:
+        if this_kind != kind or low >= end:         # a new cluster of overlapping ranges
+            if len(cluster) > 1:
+                apart.update(cluster)
+            cluster, kind, end = [], this_kind, high
+        cluster.append(position)
+        end = max(end, high)
+    return apart
+
+
+def _bounds(array):
+    """The bytes ``array`` spans, ``(low, high)``; None when empty (it shares nothing)."""
+    if array.size == 0:
+        return None
+    low = high = array.data.ptr if hasattr(array.data, "ptr") else \
+        array.__array_interface__["data"][0]            # (CuPy's address, NumPy's)
+    for n, stride in zip(array.shape, array.strides):
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    return low, high + array.itemsize
 
 
 def _forgotten():

@@ -210,3 +210,38 @@ def test_a_parameter_given_anothers_array_between_steps_is_updated_apart():
         with _Apart():
             _step(apart, theirs, rng_b)
         _assert_same(ours, theirs, fused, apart)
+
+
+@pytest.mark.parametrize("alias", ["data through DLPack", "data as a strided view",
+                                   "one state array for two"])
+def test_memory_shared_another_way_is_updated_apart(alias):
+    # a parameter's array whose base is no array (np.from_dlpack, as_strided) passed the check
+    # by base, and a state array two parameters held was split in two: other bits than one by
+    # one (the run wrote back over the first parameter's update)
+    ours, theirs = _model(np.float64), _model(np.float64)
+    fused, apart = nn.Adam(ours, lr=0.01), nn.Adam(theirs, lr=0.01)
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    for step in range(4):
+        if step == 1:
+            for params, optimizer in ((ours, fused), (theirs, apart)):
+                if alias == "data through DLPack":
+                    params[3].data = np.from_dlpack(params[1].data[:, :2])
+                elif alias == "data as a strided view":
+                    params[3].data = np.lib.stride_tricks.as_strided(params[1].data, (1, 2))
+                else:
+                    optimizer.state[3]["m"] = optimizer.state[1]["m"][:, :2]
+        _step(fused, ours, rng_a)
+        with _Apart():
+            _step(apart, theirs, rng_b)
+        for p, q in zip(ours, theirs):
+            assert _same(p.data, q.data)
+
+
+def test_the_runs_gathered_again_keep_their_parameters_together():
+    # (the state arrays of a run are views into one flat array: disjoint, not shared)
+    params = _model(np.float32)
+    optimizer = nn.Adam(params[:4], lr=0.01)
+    _step(optimizer, params[:4], np.random.default_rng(0))
+    optimizer.add_param_group({"params": params[4:]})
+    _step(optimizer, params, np.random.default_rng(1))
+    assert optimizer._flat_runs.lengths == [4, 4]          # a run per group, as before
