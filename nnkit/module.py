@@ -494,4 +494,3 @@ def _like(array, mine):
     if backend.array_module(mine) is numpy:
         return numpy.array(host, dtype=dtype)
     return backend.to_gpu(host.astype(dtype, copy=False), mine.device.id)
-

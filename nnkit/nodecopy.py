@@ -20,12 +20,12 @@ _laid_out = threading.local()
 
 
 def attributes(node):
-    """``(name, value)`` of every attribute a node holds: its slots, and a user's op's
-    ``__dict__``."""
+    """``(name, value)`` of every attribute an object holds (a node, a metric): its slots, and
+    its ``__dict__`` (a user's op's)."""
     for klass in type(node).__mro__:
         slots = getattr(klass, "__slots__", ())
         for name in (slots,) if isinstance(slots, str) else slots:
-            if name != "__weakref__" and hasattr(node, name):
+            if name not in ("__weakref__", "__dict__") and hasattr(node, name):
                 yield name, getattr(node, name)
     yield from getattr(node, "__dict__", {}).items()
 

@@ -3,7 +3,6 @@
 __all__ = ['Optimizer']
 import functools
 import math
-import operator
 import weakref
 
 import numpy
@@ -304,20 +303,17 @@ class Optimizer:
                 f"build the optimizer again over the model's vars (to change a parameter's "
                 "values and keep it, assign its data: p.data = ...); nothing was updated")
         self._check_all_options(where)
-        grouped = [p for group in self.param_groups for p in group["params"]]
-        if len(grouped) != len(self.params) or not all(map(operator.is_, grouped, self.params)):
-            raise RuntimeError(                 # (state is kept by position: another's)
-                f"{where}: the parameters of param_groups are no longer those it was given (one "
-                "added to or removed from a group's 'params' list by hand), so each would be "
-                "updated with another's state; add parameters with add_param_group(...), or "
-                "build the optimizer again; nothing was updated")
         pending = []            # (position, parameter, group) of the parameters with a gradient
-        position = 0
+        position, params = 0, self.params
         for group in self.param_groups:
             for p in group["params"]:
+                if position == len(params) or p is not params[position]:
+                    raise self._regrouped(where)
                 if p._g is not None and not _read_zeros(p):
                     pending.append((position, p, group))
                 position += 1
+        if position != len(params):
+            raise self._regrouped(where)
         if not pending:
             raise RuntimeError(f"{where}: no parameter has a gradient; call back() on the loss "
                                "before step()")
@@ -374,6 +370,16 @@ class Optimizer:
                 modifier.modify_weights(updated)
         for p in updated:
             p.mark_edited()
+
+    @staticmethod
+    def _regrouped(where):
+        """The error of a step whose groups no longer hold the parameters it was given, in
+        order (state is kept by position: each would be updated with another's)."""
+        return RuntimeError(
+            f"{where}: the parameters of param_groups are no longer those it was given (one "
+            "added to or removed from a group's 'params' list by hand), so each would be "
+            "updated with another's state; add parameters with add_param_group(...), or "
+            "build the optimizer again; nothing was updated")
 
     @staticmethod
     def _check_gradients(pending, grads, where, source):

@@ -16,6 +16,7 @@ import numpy
 from .. import core
 from ..core import NetVar, constant
 from ..module import Module
+from ..nodecopy import attributes
 from ..ops.loss import Loss
 from ..optim.base import Optimizer
 from .instructions import _draw, _live_step, _root, live_step_of
@@ -265,7 +266,7 @@ def _copied_out(modules, start):
         if not isinstance(node, NetVar) or node.index < start or id(node) in seen:
             continue            # (a parameter, an input: their own arrays, put back)
         seen.add(id(node))
-        for name, value in _attributes(node).items():
+        for name, value in list(attributes(node)):      # (set as it goes)
             if isinstance(value, _ndarray):             # (a Traced array too)
                 setattr(node, name, plain(value).copy())
             elif isinstance(value, NetVar):
@@ -278,17 +279,10 @@ def _arrays_kept(value):
     (a recurrent op's ``final`` reads the op's ``hidden``)."""
     if not isinstance(value, NetVar):
         return []
-    nodes = [value] + [node for node in _attributes(value).values()
+    nodes = [value] + [node for _, node in attributes(value)
                        if isinstance(node, NetVar) and node is not value]
-    return [(node, name) for node in nodes for name, array in _attributes(node).items()
+    return [(node, name) for node in nodes for name, array in attributes(node)
             if type(array) is _ndarray]
-
-
-def _attributes(value):
-    """The attributes ``value`` holds in its slots and its dict, by name."""
-    names = [name for cls in type(value).__mro__ for name in getattr(cls, "__slots__", ())
-             if name != "__weakref__"] + list(getattr(value, "__dict__", ()))
-    return {name: getattr(value, name) for name in names if hasattr(value, name)}
 
 
 def _enter(schedule, rec, holder, attribute):
@@ -419,11 +413,8 @@ def _outputs(result, rec):
             return ("value", result)
         # a loss goes out with what it divided by, by which the Trainer weighs its batch
         denominator = getattr(result, "denominator", None) if isinstance(result, Loss) else None
-        if type(denominator) is Traced:
-            kind = "scalar" if id(denominator) in rec.scalars else "array"
-            return ("loss", (plain(data), (kind, plain(denominator))))
-        if isinstance(denominator, numbers.Number):
-            return ("loss", (plain(data), ("value", denominator)))
+        if type(denominator) is Traced or isinstance(denominator, numbers.Number):
+            return ("loss", (plain(data), _outputs(denominator, rec)))
         return ("node", plain(data))
     if type(result) is Traced:
         return ("scalar" if id(result) in rec.scalars else "array", plain(result))

@@ -58,8 +58,8 @@ class World:
         self.objects = []       # objects read by name at run time: compared attribute by attribute
         self._seen, self._seen_names, self._kept = set(), {}, []    # what was read, once
         self._met, self._read = {}, set()   # code met while running (its names), read before
-        self._methods, self._functions = [], []     # Module and optimizer methods that ran:
-        # (class, name), and the function each was (one guard compares them all: _method_ran)
+        self._methods = {}      # (class, name) -> the function of a Module's or optimizer's
+        # method that ran (one guard compares them all: _method_ran)
         for position, value in enumerate(inputs):
             self._visit(value, f"input {position}", None, depth=0)
         self._read_function(fn, _name(fn), depth=0)
@@ -133,12 +133,11 @@ class World:
                 function.__module__).startswith(__package__):  # (not the recording's own hook)
             if not self._methods:
                 self.guards.append(("a method of the step's Modules or optimizers",
-                                    self._methods_now, self._functions, "equal"))
-            self._methods.append((cls, name))
-            self._functions.append(function)
+                                    self._methods_now, self._methods, "equal"))
+            self._methods[cls, name] = function
 
     def _methods_now(self):
-        return [getattr(cls, name, None) for cls, name in self._methods]
+        return {(cls, name): getattr(cls, name, None) for cls, name in self._methods}
 
     def _read_frame(self, frame, names, globals_too, live):
         where = _where(frame.f_code)

@@ -11,12 +11,14 @@ padding), as made by ``nnkit.sequence_mask``.
 """
 
 __all__ = ['Metric', 'Accuracy', 'MeanLoss', 'MSE']
+import copy
 import math
 
 import numpy
 
 from .. import backend, checks
 from ..core import NetVar
+from ..nodecopy import attributes
 
 
 def _host(x, name, owner):
@@ -171,3 +173,33 @@ class MSE(Metric):
             raise ValueError(f"MSE: predictions of shape {p.shape} and targets of shape "
                              f"{t.shape} differ")
         return self._add((p - t) ** 2, mask)
+
+
+def update_all(metrics, predictions, targets, mask):
+    """Update every metric of the dict ``metrics`` with the batch, or none: one refusing it puts
+    back what the others hold (a batch counted by some metrics only would skew them; the
+    Trainer's metrics are any objects with update, reset and value)."""
+    kept = [(metric, held(metric)) for metric in metrics.values()]
+    try:
+        for metric in metrics.values():
+            if mask is None:
+                metric.update(predictions, targets)
+            else:
+                metric.update(predictions, targets, mask=mask)
+    except BaseException:
+        for metric, copy_ in kept:
+            _put_back(metric, copy_)
+        raise
+
+
+def held(metric):
+    """A deep copy of what ``metric`` holds, slots and dict (a metric inside it, arrays in a
+    dict: any state an update changes), for ``update_all`` to put back."""
+    return copy.deepcopy(dict(attributes(metric)))
+
+
+def _put_back(metric, saved):
+    for name in dict(attributes(metric)).keys() - saved.keys():   # made by the refused update
+        delattr(metric, name)
+    for name, value in saved.items():
+        object.__setattr__(metric, name, value)

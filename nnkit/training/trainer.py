@@ -66,7 +66,7 @@ from ..modes import eval_mode, no_grad
 from .hooks import History, Hook, PlotHistory, ProgressBar, SaveBest  # noqa: F401  (Hook too)
 from ..ops.loss import Loss
 from ..replay.schedule import LossValue
-from .metrics import MeanLoss
+from .metrics import MeanLoss, held, update_all
 
 _CALLBACKS = ("on_fit_start", "on_epoch_start", "on_before_step", "on_batch_end",
               "on_epoch_end", "on_fit_end")
@@ -300,7 +300,7 @@ class Trainer:
                                                   parallel=self.parallel is not None)
             samples += _positions(batch, loss, predictions, mask, weighed=False)
             value = loss.item()
-            _update_metrics(self.metrics, predictions, targets, mask)
+            update_all(self.metrics, predictions, targets, mask)
             # Each step starts from zero gradients, as zero_grad() in a PyTorch loop: a
             # gradient left by a back() outside the Trainer, or by a step that raised before
             # its update (kept for inspection), would otherwise be added to this one.
@@ -354,7 +354,7 @@ class Trainer:
                                                            self._val_metrics)
                 records.append((loss.item(), _positions(batch, loss, predictions, mask)))
                 loss_metric.update(*records[-1])
-                _update_metrics(self._val_metrics, predictions, targets, mask)
+                update_all(self._val_metrics, predictions, targets, mask)
                 count += 1
         if self.parallel is not None:      # (a rank may have no batch of a sharded set)
             count, = self.parallel.sum_epoch(loss_metric, records, self._val_metrics.values(),
@@ -413,8 +413,8 @@ def _checked_metrics(metrics):
                     hasattr(type(metric), "value") or "value" in getattr(metric, "__dict__", ()))):
             raise TypeError(f"Trainer: metrics[{name!r}] must be a metric (update, reset, "
                             f"value), got {type(metric).__name__} {metric!r}")
-        try:        # (what a batch another metric refuses puts back: _update_metrics)
-            _held(metric)
+        try:        # (what a batch another metric refuses puts back: metrics.update_all)
+            held(metric)
         except Exception as error:
             raise TypeError(f"Trainer: metrics[{name!r}] cannot be copied ({type(error).__name__}: "
                             f"{error}), which the Trainer does to put it back when another "
@@ -510,41 +510,3 @@ def _positions(batch, loss, predictions, mask, weighed=True, parallel=False):
     if isinstance(first, slice) and first.stop is not None:
         return len(range(*first.indices(first.stop)))     # the rows a slice selects
     return len(first) if hasattr(first, "__len__") else 1
-
-
-def _update_metrics(metrics, predictions, targets, mask):
-    """Update every metric with the batch, or none: one refusing it puts back what the others
-    hold (a batch counted by some metrics only would skew them)."""
-    kept = [(metric, _held(metric)) for metric in metrics.values()]
-    try:
-        for metric in metrics.values():
-            if mask is None:
-                metric.update(predictions, targets)
-            else:
-                metric.update(predictions, targets, mask=mask)
-    except BaseException:
-        for metric, held in kept:
-            _put_back(metric, held)
-        raise
-
-
-def _attributes(metric):
-    """What a metric holds: its instance dict and its filled slots, by name."""
-    names = [name for cls in type(metric).__mro__ for name in vars(cls).get("__slots__", ())
-             if name not in ("__dict__", "__weakref__")]
-    held = dict(getattr(metric, "__dict__", {}))
-    held.update((name, getattr(metric, name)) for name in names if hasattr(metric, name))
-    return held
-
-
-def _held(metric):
-    """A deep copy of what ``metric`` holds (a metric inside it, arrays in a dict: any state an
-    update changes), for ``_put_back``."""
-    return copy.deepcopy(_attributes(metric))
-
-
-def _put_back(metric, held):
-    for name in _attributes(metric).keys() - held.keys():      # made by the refused update
-        delattr(metric, name)
-    for name, value in held.items():
-        object.__setattr__(metric, name, value)

@@ -13,7 +13,7 @@ import pytest
 
 import nnkit as nn
 from nnkit import NetOp, backend
-from nnkit.core import Output
+from tests.test_core import SquareAndCube   # (docs/contributing.md's op of two outputs)
 
 
 def _same_as_eager(build, calls, replays):
@@ -52,24 +52,6 @@ class MyTanh(NetOp):
 
     def _back(self, x):
         x.accumulate(self.g * (1 - self.data ** 2))
-
-
-class SquareAndCube(NetOp):
-    """y₀ = x², y₁ = x³ (output 1);  dx = g₀ · 2x + g₁ · 3x²  (docs/contributing.md's)"""
-    n_outputs = 2
-
-    def __new__(cls, x):
-        op = super().__new__(cls)
-        op.__init__(x)
-        return op, Output(op, 1, x.data ** 3)
-
-    def __init__(self, x):
-        super().__init__(x.data ** 2, x)
-
-    def _back(self, x):
-        dx = self.g * 2 * x.data
-        cube = self.output_grads().get(1)
-        x.accumulate(dx if cube is None else dx + cube * 3 * x.data ** 2)
 
 
 def _step_of(make_model, loss_of=lambda h: (h ** 2).sum(), optimizer=nn.GD):
